@@ -1,0 +1,27 @@
+"""User-facing errors.
+
+Every problem caused by user input (a file, a config value, a checkpoint) raises a subclass of
+:class:`UserError` with one message that names the file, row or field at fault. The command-line
+entry points print that message and exit non-zero without a stack trace; anything else is a bug
+and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """A problem with the user's input, reported as one clear message."""
+
+
+class ConfigError(UserError, ValueError):
+    """An invalid configuration value (names the field)."""
+
+
+class DataError(UserError, ValueError):
+    """A missing or malformed data file, or a token id outside the vocabulary."""
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used with this run (missing, or from another config)."""
+
+
+class TrainingDivergedError(UserError):
+    """The loss or gradient norm became NaN or infinite."""

@@ -1,0 +1,77 @@
+"""Building blocks shared by every model family: sinusoid tables, LayerNorm, dropout, GELU MLP.
+
+All functions are pure and follow the dtype of their inputs/parameters.
+
+Axes: D model width (a flattened fiber), F = 4·D MLP hidden width.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+LN_EPSILON = 1e-5  # SPEC §3 [choice]
+
+
+def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:
+    """Fixed sinusoid table (SPEC §2), float64 numpy of shape (n_positions, dim).
+
+    table[p, 2i] = sin(p / 10000^{2i/d}), table[p, 2i+1] = cos(p / 10000^{2i/d}); for odd ``dim``
+    the last column is a sine.
+    """
+    pos = np.arange(n_positions, dtype=np.float64)[:, None]
+    two_i = np.arange(0, dim, 2, dtype=np.float64)[None, :]
+    angle = pos / np.power(10000.0, two_i / dim)
+    table = np.zeros((n_positions, dim), dtype=np.float64)
+    table[:, 0::2] = np.sin(angle)
+    table[:, 1::2] = np.cos(angle)[:, : dim // 2]
+    return table
+
+
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
+    """LayerNorm over the last axis of ``x``; ``scale``/``bias`` are reshaped to that width."""
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    centred = x - mean
+    var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
+    normed = centred * jax.lax.rsqrt(var + LN_EPSILON)
+    return normed * scale.reshape(-1) + bias.reshape(-1)
+
+
+def dropout(x: jax.Array, rate: float, rng: jax.Array | None, train: bool) -> jax.Array:
+    """Inverted dropout; identity when not training or when ``rate`` is 0."""
+    if not train or rate == 0.0:
+        return x
+    if rng is None:
+        raise ValueError("dropout in train mode needs an rng key")
+    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+def init_layer_norm(shape: tuple[int, ...], dtype) -> dict:
+    return {"scale": jnp.ones(shape, dtype), "bias": jnp.zeros(shape, dtype)}
+
+
+def uniform_fan_in(key: jax.Array, shape: tuple[int, ...], fan_in: int, dtype) -> jax.Array:
+    """U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (SPEC §5)."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return jax.random.uniform(key, shape, dtype, minval=-bound, maxval=bound)
+
+
+def init_mlp(key: jax.Array, width: int, dtype) -> dict:
+    """GELU MLP D → 4D → D with biases (weights U(±1/sqrt(fan_in)), biases 0)."""
+    k1, k2 = jax.random.split(key)
+    hidden = 4 * width
+    return {
+        "w1": uniform_fan_in(k1, (width, hidden), width, dtype),
+        "b1": jnp.zeros((hidden,), dtype),
+        "w2": uniform_fan_in(k2, (hidden, width), hidden, dtype),
+        "b2": jnp.zeros((width,), dtype),
+    }
+
+
+def apply_mlp(params: dict, x: jax.Array) -> jax.Array:
+    """W2 · GELU(W1 · x + b1) + b2 over the last axis (exact erf GELU). x (..., D) → (..., D)."""
+    h = jnp.einsum("...d,df->...f", x, params["w1"]) + params["b1"]
+    h = jax.nn.gelu(h, approximate=False)
+    return jnp.einsum("...f,fd->...d", h, params["w2"]) + params["b2"]

@@ -1,0 +1,20 @@
+"""The rank-4 (4-tensor) attention model of SPEC.md."""
+
+from rank4jax.models.rank4.config import Rank4Config
+from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
+from rank4jax.models.rank4.losses import last_slice_mean_ce, window_loss_sums, window_losses
+from rank4jax.models.rank4.model import count_params, forward, hidden_states, init_params
+
+__all__ = [
+    "Rank4Config",
+    "canonical_shapes",
+    "count_params",
+    "export_params",
+    "forward",
+    "hidden_states",
+    "import_params",
+    "init_params",
+    "last_slice_mean_ce",
+    "window_loss_sums",
+    "window_losses",
+]

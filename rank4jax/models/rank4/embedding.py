@@ -1,0 +1,50 @@
+"""Input tensor of the rank-4 model (SPEC §2).
+
+Axes: B batch, N tokens per state (x), T input slices (t), dx semantic fiber (n), dt temporal
+fiber (q), V vocabulary.
+
+    X[b,x,t,n,q] = Esem[tok[b,t,x], n] · Etmp[tok[b,t,x], q] + P[x, n] + R[x + t, q]
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rank4jax.models.common import sinusoid_table
+from rank4jax.models.rank4.config import Rank4Config
+
+PAD_ID = 0
+
+
+def init_embedding(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
+    """Esem (V, dx), Etmp (V, dt) ~ N(0, 1) with the PAD row zero (SPEC §5)."""
+    k_sem, k_tmp = jax.random.split(key)
+    sem = jax.random.normal(k_sem, (cfg.vocab_size, cfg.dx), dtype).at[PAD_ID].set(0)
+    tmp = jax.random.normal(k_tmp, (cfg.vocab_size, cfg.dt), dtype).at[PAD_ID].set(0)
+    return {"sem": sem, "tmp": tmp}
+
+
+def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed tables: P (N, dx) spatial and R[x+t] gathered to (N, T, dt) joint phase."""
+    spatial = sinusoid_table(cfg.n_tokens, cfg.dx)  # P (N, dx)
+    joint = sinusoid_table(cfg.n_tokens + cfg.n_slices, cfg.dt)  # R (N+T, dt)
+    phase = np.arange(cfg.n_tokens)[:, None] + np.arange(cfg.n_slices)[None, :]  # (N, T)
+    return spatial.astype(dtype), joint[phase].astype(dtype)
+
+
+def apply_embedding(params: dict, tok: jax.Array, cfg: Rank4Config) -> jax.Array:
+    """tok (B, N, T) int → X (B, N, T, dx, dt) in the parameters' dtype."""
+    batch = tok.shape[0]
+    chex.assert_shape(tok, (batch, cfg.n_tokens, cfg.n_slices))
+    dtype = params["sem"].dtype
+    sem = jnp.take(params["sem"], tok, axis=0)  # (B, N, T, dx)
+    tmp = jnp.take(params["tmp"], tok, axis=0)  # (B, N, T, dt)
+    spatial, joint = position_tables(cfg, dtype)
+    x = jnp.einsum("bxtn,bxtq->bxtnq", sem, tmp)  # Stage A: outer product
+    x = x + spatial[None, :, None, :, None]  # Stage B: P[x, n], same for every t, q
+    x = x + joint[None, :, :, None, :]  # Stage D: R[x + t, q], same for every n
+    chex.assert_shape(x, (batch, cfg.n_tokens, cfg.n_slices, cfg.dx, cfg.dt))
+    return x

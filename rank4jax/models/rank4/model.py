@@ -1,0 +1,99 @@
+"""Composition of the rank-4 model (SPEC §2–§4): embedding → L Pre-LN layers → final LN → readout.
+
+Axes: B batch, T input slices, N tokens per state, dx/dt fibers, D = dx·dt, P = N·T positions
+(flattened as p = x·T + t; the joint softmax does not depend on this order), V vocabulary.
+
+Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kept as (H, D, D)):
+
+    embed:   {sem (V, dx), tmp (V, dt)}
+    readout: {tmp (V, dt)}                         W′
+    layers:  [{ln_attn: {scale, bias} (dx, dt), attn: {wq, wk, wv} (H, D, D),
+               ln_mlp: {scale, bias} (dx, dt), mlp: {w1 (D, 4D), b1 (4D,), w2 (4D, D), b2 (D,)}}] × L
+    final_ln: {scale, bias} (dx, dt)
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from rank4jax.models.common import apply_mlp, dropout, init_layer_norm, init_mlp, layer_norm
+from rank4jax.models.rank4.attention import apply_attention, init_attention
+from rank4jax.models.rank4.config import Rank4Config
+from rank4jax.models.rank4.embedding import PAD_ID, apply_embedding, init_embedding
+from rank4jax.models.rank4.readout import apply_readout, init_readout
+
+
+def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
+    """Initial parameters (SPEC §5). Use ``jax.eval_shape`` for shapes without allocating."""
+    k_embed, k_readout, k_layers = jax.random.split(key, 3)
+    fiber = (cfg.dx, cfg.dt)
+    layers = []
+    for layer_key in jax.random.split(k_layers, cfg.n_layers):
+        k_attn, k_mlp = jax.random.split(layer_key)
+        layers.append(
+            {
+                "ln_attn": init_layer_norm(fiber, dtype),
+                "attn": init_attention(k_attn, cfg, dtype),
+                "ln_mlp": init_layer_norm(fiber, dtype),
+                "mlp": init_mlp(k_mlp, cfg.width, dtype),
+            }
+        )
+    return {
+        "embed": init_embedding(k_embed, cfg, dtype),
+        "readout": init_readout(k_readout, cfg.vocab_size, cfg.dt, cfg.width, dtype),
+        "layers": layers,
+        "final_ln": init_layer_norm(fiber, dtype),
+    }
+
+
+def key_padding_mask(inputs: jax.Array) -> jax.Array:
+    """inputs (B, T, N) → key_mask (B, P) bool, True where the token is not PAD (p = x·T + t)."""
+    return jnp.swapaxes(inputs, 1, 2).reshape(inputs.shape[0], -1) != PAD_ID
+
+
+def apply_layer(
+    layer: dict, x: jax.Array, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng: jax.Array | None
+) -> jax.Array:
+    """One Pre-LN layer on the stream x (B, P, D): attention branch then MLP branch."""
+    rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(rng)
+    u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
+    x = x + dropout(apply_attention(layer["attn"], u, key_mask, cfg), cfg.dropout, rng_attn, train)
+    u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
+    return x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train)
+
+
+def hidden_states(
+    params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
+) -> jax.Array:
+    """inputs (B, T, N) int → final-normed stream Y (B, P, D)."""
+    batch = inputs.shape[0]
+    chex.assert_shape(inputs, (batch, cfg.n_slices, cfg.n_tokens))
+    if train and cfg.dropout > 0.0 and rng is None:
+        raise ValueError("forward(train=True) with dropout > 0 needs rng")
+    tok = jnp.swapaxes(inputs, 1, 2)  # (B, N, T)
+    x = apply_embedding(params["embed"], tok, cfg).reshape(batch, -1, cfg.width)
+    key_mask = key_padding_mask(inputs)  # once per forward, shared by all layers
+    for index, layer in enumerate(params["layers"]):
+        layer_rng = None if rng is None else jax.random.fold_in(rng, index)
+        x = apply_layer(layer, x, key_mask, cfg, train=train, rng=layer_rng)
+    return layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
+
+
+def forward(
+    params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
+) -> jax.Array:
+    """inputs (B, T, N) int32 = S(0..T-1) → logits (B, N, T, V) (SPEC §11)."""
+    batch = inputs.shape[0]
+    y = hidden_states(params, inputs, cfg, train=train, rng=rng)
+    logits = apply_readout(params["embed"]["sem"], params["readout"]["tmp"], y)
+    logits = logits.reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size)
+    chex.assert_shape(logits, (batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size))
+    return logits
+
+
+def count_params(cfg: Rank4Config) -> int:
+    """Parameter count from ``jax.eval_shape`` (nothing is allocated)."""
+    shapes = jax.eval_shape(lambda: init_params(jax.random.key(0), cfg))
+    return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))

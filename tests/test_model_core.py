@@ -1,0 +1,173 @@
+"""Exact-value tests of the rank-4 forward pass on tiny hand-checkable cases (SPEC §2–§4)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rank4jax
+from rank4jax.models.common import sinusoid_table
+from rank4jax.models.rank4.attention import attention_weights
+from rank4jax.models.rank4.embedding import apply_embedding
+from rank4jax.models.rank4.losses import last_slice_mean_ce
+from rank4jax.models.rank4.model import key_padding_mask
+from rank4jax.models.rank4.readout import apply_readout
+
+
+def tiny_cfg(**kw):
+    base = dict(vocab_size=6, n_tokens=2, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=2, dropout=0.0)
+    return rank4jax.Rank4Config(**(base | kw))
+
+
+def test_sinusoid_table_by_hand():
+    table = sinusoid_table(4, 3)
+    for p in range(4):
+        expected = [math.sin(p), math.cos(p), math.sin(p / 10000 ** (2 / 3))]
+        np.testing.assert_allclose(table[p], expected, rtol=0, atol=1e-15)
+
+
+def test_input_tensor_exact():
+    """V=6, N=2, T=2, dx=2, dt=3: X = Esem⊗Etmp + P[x, n] + R[x+t, q], every entry by hand."""
+    cfg = tiny_cfg()
+    sem = np.arange(12, dtype=np.float64).reshape(6, 2) / 10.0
+    tmp = np.arange(18, dtype=np.float64).reshape(6, 3) / 7.0 - 1.0
+    sem[0] = 0.0
+    tmp[0] = 0.0
+    tok_btn = np.array([[[5, 2], [0, 3]]])  # (B=1, T=2, N=2): tok[b, t, x]
+    p_tab = [[0.0, 1.0], [math.sin(1.0), math.cos(1.0)]]  # P[x, n]
+    r_tab = [[math.sin(p), math.cos(p), math.sin(p / 10000 ** (2 / 3))] for p in range(4)]  # R[x+t, q]
+    expected = np.zeros((1, 2, 2, 2, 3))
+    for x in range(2):
+        for t in range(2):
+            v = tok_btn[0, t, x]
+            for n in range(2):
+                for q in range(3):
+                    expected[0, x, t, n, q] = sem[v, n] * tmp[v, q] + p_tab[x][n] + r_tab[x + t][q]
+    with jax.enable_x64(True):
+        params = {"sem": jnp.asarray(sem), "tmp": jnp.asarray(tmp)}
+        got = apply_embedding(params, jnp.asarray(tok_btn).transpose(0, 2, 1), cfg)
+        assert got.dtype == jnp.float64
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=0, atol=1e-14)
+
+
+def test_pad_rows_start_at_zero():
+    params = rank4jax.init_params(jax.random.key(0), tiny_cfg())
+    assert not np.any(np.asarray(params["embed"]["sem"][0]))
+    assert not np.any(np.asarray(params["embed"]["tmp"][0]))
+    assert np.all(np.asarray(params["embed"]["sem"][1:]) != 0)
+
+
+def test_pad_key_gets_exactly_zero_weight_and_all_pad_queries_uniform():
+    key = jax.random.key(1)
+    q = jax.random.normal(key, (2, 1, 4, 6)) * 30.0  # large scores
+    k = jax.random.normal(jax.random.fold_in(key, 1), (2, 1, 4, 6)) * 30.0
+    mask = jnp.array([[True, False, True, False], [False, False, False, False]])
+    a = np.asarray(attention_weights(q, k, mask))
+    assert np.all(a[0, :, :, 1] == 0.0) and np.all(a[0, :, :, 3] == 0.0)
+    np.testing.assert_allclose(a[0].sum(-1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(a[1], np.full((1, 4, 4), 0.25, np.float32))
+
+
+def test_pad_positions_never_reach_other_positions():
+    """PAD keys get zero weight in every layer: changing what sits at PAD positions (the PAD rows of
+    Esem/Etmp) leaves the logits at every non-PAD position unchanged, apart from vocab entry 0
+    whose readout row is Esem[PAD]."""
+    cfg = tiny_cfg()
+    params = rank4jax.init_params(jax.random.key(5), cfg)
+    inputs = jnp.array([[[4, 0], [5, 3]]])  # PAD at (t=0, x=1)
+    assert np.asarray(key_padding_mask(inputs)).tolist() == [[True, True, False, True]]  # p = x·T + t
+    changed = jax.tree_util.tree_map(lambda a: a, params)
+    changed["embed"]["sem"] = params["embed"]["sem"].at[0].set(3.0)
+    changed["embed"]["tmp"] = params["embed"]["tmp"].at[0].set(-2.0)
+    a = np.asarray(rank4jax.forward(params, inputs, cfg))
+    b = np.asarray(rank4jax.forward(changed, inputs, cfg))
+    for x, t in [(0, 0), (0, 1), (1, 1)]:
+        np.testing.assert_allclose(a[0, x, t, 1:], b[0, x, t, 1:], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(a[0, 1, 0], b[0, 1, 0])  # the PAD position itself did change
+
+
+def test_no_temporal_causal_mask():
+    cfg = tiny_cfg()
+    params = rank4jax.init_params(jax.random.key(2), cfg)
+    a = jnp.array([[[4, 5], [2, 3]]])
+    b = a.at[0, 1, 0].set(1)  # change a token of the last input slice
+    la, lb = rank4jax.forward(params, a, cfg), rank4jax.forward(params, b, cfg)
+    assert np.max(np.abs(np.asarray(la[:, :, 0] - lb[:, :, 0]))) > 1e-4  # first slice changes
+
+
+def test_readout_equals_naive_einsum():
+    key = jax.random.key(3)
+    v, dx, dt = 7, 3, 2
+    sem = jax.random.normal(key, (v, dx))
+    tmp = jax.random.normal(jax.random.fold_in(key, 1), (v, dt))
+    y = jax.random.normal(jax.random.fold_in(key, 2), (2, 5, dx, dt))
+    naive = jnp.einsum("bpnq,vn,vq->bpv", y, sem, tmp)
+    got = apply_readout(sem, tmp, y.reshape(2, 5, dx * dt))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(naive), rtol=1e-5, atol=1e-5)
+
+
+def _manual_ce(logits, target):
+    return float(np.log(np.sum(np.exp(logits))) - logits[target])
+
+
+def test_losses_ignore_pad_and_last_slice_only():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(1, 2, 2, 5)).astype(np.float64)  # (B, N, T, V)
+    targets = np.array([[[3, 0], [4, 2]]])  # (B, T, N): slice 0 = [3, PAD], slice 1 = [4, 2]
+    ce = {(x, t): _manual_ce(logits[0, x, t], targets[0, t, x]) for x in range(2) for t in range(2)}
+    with jax.enable_x64(True):
+        out = rank4jax.window_losses(jnp.asarray(logits), jnp.asarray(targets))
+        per_window = last_slice_mean_ce(jnp.asarray(logits), jnp.asarray(targets))
+    window = (ce[0, 0] + ce[0, 1] + ce[1, 1]) / 3  # (x=1, t=0) is PAD
+    last = (ce[0, 1] + ce[1, 1]) / 2
+    assert float(out["window_ce"]) == pytest.approx(window, abs=1e-12)
+    assert float(out["last_slice_ce"]) == pytest.approx(last, abs=1e-12)
+    assert float(per_window[0]) == pytest.approx(last, abs=1e-12)
+    correct = [np.argmax(logits[0, x, t]) == targets[0, t, x] for (x, t) in [(0, 0), (0, 1), (1, 1)]]
+    assert float(out["token_accuracy"]) == pytest.approx(np.mean(correct), abs=1e-12)
+    # changing the logits at a PAD target changes nothing
+    logits2 = logits.copy()
+    logits2[0, 1, 0] += 100.0
+    with jax.enable_x64(True):
+        out2 = rank4jax.window_losses(jnp.asarray(logits2), jnp.asarray(targets))
+    assert float(out2["window_ce"]) == float(out["window_ce"])
+
+
+def test_forward_float64_follows_params():
+    cfg = tiny_cfg()
+    with jax.enable_x64(True):
+        params = rank4jax.init_params(jax.random.key(0), cfg, dtype=jnp.float64)
+        logits = rank4jax.forward(params, jnp.array([[[4, 5], [2, 3]]]), cfg)
+        assert logits.dtype == jnp.float64
+    logits32 = rank4jax.forward(rank4jax.init_params(jax.random.key(0), cfg), jnp.array([[[4, 5], [2, 3]]]), cfg)
+    assert logits32.dtype == jnp.float32
+
+
+def test_forward_jits_and_dropout_is_independent():
+    cfg = tiny_cfg(dropout=0.5)
+    params = rank4jax.init_params(jax.random.key(0), cfg)
+    x = jnp.array([[[4, 5], [2, 3]]])
+    fwd = jax.jit(rank4jax.forward, static_argnames=("cfg", "train"))
+    eval_a, eval_b = fwd(params, x, cfg), fwd(params, x, cfg)
+    np.testing.assert_array_equal(np.asarray(eval_a), np.asarray(eval_b))
+    t1 = fwd(params, x, cfg, train=True, rng=jax.random.key(1))
+    t2 = fwd(params, x, cfg, train=True, rng=jax.random.key(2))
+    assert not np.allclose(np.asarray(t1), np.asarray(t2))
+    with pytest.raises(ValueError, match="rng"):
+        rank4jax.forward(params, x, cfg, train=True)
+
+
+def test_paper_parameter_counts_without_allocating():
+    for heads, layers, expected in [(4, 2, 172_512_128), (2, 2, 122_180_480), (4, 3, 256_416_640)]:
+        cfg = rank4jax.Rank4Config(36_711, 16, 4, 64, 32, heads, layers)
+        assert rank4jax.count_params(cfg) == expected
+
+
+def test_parameter_breakdown_matches_table3():
+    cfg = rank4jax.Rank4Config(36_711, 16, 4, 64, 32, 4, 2)
+    shapes = jax.eval_shape(lambda: rank4jax.init_params(jax.random.key(0), cfg))
+    attn = sum(leaf.size for layer in shapes["layers"] for leaf in jax.tree_util.tree_leaves(layer["attn"]))
+    tables = sum(leaf.size for leaf in jax.tree_util.tree_leaves((shapes["embed"], shapes["readout"])))
+    assert attn == 100_663_296 and tables == 4_699_008
