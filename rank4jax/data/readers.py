@@ -14,7 +14,15 @@ import re
 
 from rank4jax.errors import DataError
 
-ROCSTORIES_COLUMNS = ("storyid", "storytitle", "sentence1", "sentence2", "sentence3", "sentence4", "sentence5")
+ROCSTORIES_COLUMNS = (
+    "storyid",
+    "storytitle",
+    "sentence1",
+    "sentence2",
+    "sentence3",
+    "sentence4",
+    "sentence5",
+)
 CLOZE_INPUTS = ("InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4")
 CLOZE_ENDINGS = ("RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2")
 CLOZE_ANSWER = "AnswerRightEnding"

@@ -21,9 +21,9 @@ from rank4jax.models.rank4.config import Rank4Config
 def init_attention(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     """WQ, WK, WV each (H, D, D), input fiber first, ~ U(±1/sqrt(D))."""
     d = cfg.width
-    kq, kk, kv = jax.random.split(key, 3)
+    keys = jax.random.split(key, 3)
     shape = (cfg.n_heads, d, d)
-    return {name: uniform_fan_in(k, shape, d, dtype) for name, k in zip(("wq", "wk", "wv"), (kq, kk, kv))}
+    return {name: uniform_fan_in(k, shape, d, dtype) for name, k in zip(("wq", "wk", "wv"), keys, strict=True)}
 
 
 def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array) -> jax.Array:
