@@ -11,6 +11,7 @@ Both save to and load from a directory (``tokenizer.json`` plus, for sentencepie
 
 from __future__ import annotations
 
+import base64
 import collections
 import io
 import json
@@ -37,6 +38,8 @@ class Tokenizer(Protocol):
     """The interface the data pipeline uses."""
 
     kind: str
+
+    def to_dict(self) -> dict: ...
 
     @property
     def vocab_size(self) -> int: ...
@@ -103,8 +106,11 @@ class WordTokenizer:
             out += word
         return out
 
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "lowercase": self.lowercase, "tokens": self.tokens}
+
     def save(self, directory: str) -> None:
-        _write_meta(directory, {"kind": self.kind, "lowercase": self.lowercase, "tokens": self.tokens})
+        _write_meta(directory, self.to_dict())
 
 
 class SentencePieceTokenizer:
@@ -167,6 +173,9 @@ class SentencePieceTokenizer:
             raise DataError(f"token id {bad[0]} is outside the vocabulary (size {self.vocab_size})")
         return self._sp.decode(ids)
 
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "model_proto_base64": base64.b64encode(self.model_proto).decode("ascii")}
+
     def save(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, SPM_FILE), "wb") as f:
@@ -184,16 +193,23 @@ def load_tokenizer(directory: str) -> WordTokenizer | SentencePieceTokenizer:
             meta = json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(f"{meta_path}: malformed tokenizer file ({e})") from None
-    kind = meta.get("kind")
-    if kind == WordTokenizer.kind:
-        return WordTokenizer(meta["tokens"], lowercase=bool(meta.get("lowercase", False)))
-    if kind == SentencePieceTokenizer.kind:
+    if meta.get("kind") == SentencePieceTokenizer.kind and "model_proto_base64" not in meta:
         model_path = os.path.join(directory, meta.get("model_file", SPM_FILE))
         if not os.path.isfile(model_path):
             raise DataError(f"sentencepiece model file missing: {model_path}")
         with open(model_path, "rb") as f:
             return SentencePieceTokenizer(f.read())
-    raise DataError(f"{meta_path}: unknown tokenizer kind {kind!r}")
+    return tokenizer_from_dict(meta, where=meta_path)
+
+
+def tokenizer_from_dict(meta: dict, where: str = "tokenizer") -> WordTokenizer | SentencePieceTokenizer:
+    """Inverse of ``to_dict`` (used for the copy stored in every checkpoint)."""
+    kind = meta.get("kind")
+    if kind == WordTokenizer.kind:
+        return WordTokenizer(meta["tokens"], lowercase=bool(meta.get("lowercase", False)))
+    if kind == SentencePieceTokenizer.kind:
+        return SentencePieceTokenizer(base64.b64decode(meta["model_proto_base64"]))
+    raise DataError(f"{where}: unknown tokenizer kind {kind!r}")
 
 
 def build_tokenizer(kind: str, texts: Sequence[str], **options) -> WordTokenizer | SentencePieceTokenizer:

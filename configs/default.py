@@ -1,0 +1,62 @@
+"""Default run: a tiny rank-4 model on the built-in procedural story corpus (nothing downloaded).
+
+    python train.py --config=configs/default.py --workdir=runs/default
+    python eval.py --workdir=runs/default --split=test
+
+Expected runtime: about 3 minutes on 2 CPU cores (1,200 steps of 32 windows, including compile);
+the validation LS(T) falls from about 4.2 nats (uniform over the vocabulary) to well under 1.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.model_family = "rank4"
+    c.seed = 0
+
+    c.data = ml_collections.ConfigDict()
+    c.data.source = "builtin"  # "builtin" (procedural corpus) or "file" (data.path)
+    c.data.path = ""  # one file, or several separated by commas
+    c.data.format = "auto"  # auto | rocstories | storycloze | text
+    c.data.builtin_stories = 3000
+    c.data.builtin_seed = 0
+    c.data.split = (0.8, 0.1, 0.1)  # train / validation / test by a stable hash of the story id
+    c.data.split_salt = ""
+
+    c.tokenizer = ml_collections.ConfigDict()
+    c.tokenizer.kind = "word"  # word | sentencepiece
+    c.tokenizer.build_on = "train"  # train (split) | all (the paper's choice: the whole pool)
+    c.tokenizer.min_count = 1  # word
+    c.tokenizer.lowercase = False  # word
+    c.tokenizer.vocab_size = 8000  # sentencepiece (upper bound)
+    c.tokenizer.model_type = "unigram"  # sentencepiece: unigram | bpe | word | char
+
+    c.model = ml_collections.ConfigDict()
+    c.model.n_tokens = 12  # N
+    c.model.n_slices = 4  # T
+    c.model.dx = 8
+    c.model.dt = 4
+    c.model.n_heads = 2
+    c.model.n_layers = 2
+    c.model.dropout = 0.1
+    c.model.attention = "autodiff"
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.learning_rate = 3e-3
+    c.optim.weight_decay = 0.01
+    c.optim.b1 = 0.9
+    c.optim.b2 = 0.999
+    c.optim.eps = 1e-8
+    c.optim.warmup_steps = 50
+    c.optim.grad_clip_norm = 0.0  # 0 = off
+
+    c.batch_size = 32
+    c.eval_batch_size = 64
+    c.num_steps = 1200
+    c.log_every = 50
+    c.eval_every = 200
+    c.checkpoint_every = 200
+    c.keep_checkpoints = 2
+    c.progress_bar = True
+    return c

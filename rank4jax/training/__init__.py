@@ -1,0 +1,1 @@
+"""Training and evaluation library: run configs, train state, steps, loop, checkpoints, metrics."""

@@ -1,0 +1,155 @@
+"""orbax-checkpoint storage of a run: train state, grain iterator state, run config and tokenizer.
+
+Every checkpoint is self-contained (``eval.py`` needs only the workdir). One preservation policy
+keeps the latest ``keep`` checkpoints *and* the best by validation window loss — a best-only policy
+could delete the newest checkpoint and break resume.
+"""
+
+from __future__ import annotations
+
+import os
+
+import grain
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
+
+from rank4jax.data.tokenizers import tokenizer_from_dict
+from rank4jax.errors import CheckpointError
+
+BEST_METRIC = "val_window_ce"
+CHECKPOINT_DIR = "checkpoints"
+
+
+def checkpoint_dir(workdir: str) -> str:
+    return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+
+
+class RunCheckpoints:
+    """A thin wrapper over ``ocp.CheckpointManager`` with this project's items."""
+
+    def __init__(self, workdir: str, keep: int = 3, read_only: bool = False):
+        directory = checkpoint_dir(workdir)
+        if read_only and not os.path.isdir(directory):
+            raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
+        policy = pp.AnyPreservationPolicy(
+            [
+                pp.LatestN(n=keep),
+                pp.BestN(get_metric_fn=lambda m: m[BEST_METRIC], reverse=True, n=1, keep_checkpoints_without_metrics=False),
+            ]
+        )
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=policy,
+            best_fn=lambda m: m[BEST_METRIC],  # also makes the manager store each checkpoint's metrics
+            best_mode="min",
+            create=not read_only,
+            read_only=read_only,
+        )
+        handlers = {
+            "state": ocp.StandardCheckpointHandler(),
+            "data_iter": grain.checkpoint.CheckpointHandler(),
+            "config": ocp.JsonCheckpointHandler(),
+            "tokenizer": ocp.JsonCheckpointHandler(),
+        }
+        self.workdir = workdir
+        self.manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def best_step(self) -> int | None:
+        """The step with the lowest validation window loss (the latest if none has metrics)."""
+        scored = []
+        for step in self.all_steps():
+            metrics = self.manager.metrics(step)
+            if metrics and BEST_METRIC in metrics:
+                scored.append((float(metrics[BEST_METRIC]), step))
+        return min(scored)[1] if scored else self.latest_step()
+
+    def resolve_step(self, which: str | int | None) -> int:
+        """'best', 'latest' or a step number → an existing step."""
+        steps = self.all_steps()
+        if not steps:
+            raise CheckpointError(f"no checkpoints in {self.workdir}")
+        if which in (None, "best"):
+            return self.best_step()
+        if which == "latest":
+            return steps[-1]
+        try:
+            step = int(which)
+        except ValueError:
+            raise CheckpointError(f"checkpoint step must be 'best', 'latest' or a number, got {which!r}") from None
+        if step not in steps:
+            raise CheckpointError(f"no checkpoint at step {step} in {self.workdir}; available: {steps}")
+        return step
+
+    def save(self, step: int, state, data_iter, config: dict, tokenizer, metrics: dict | None) -> None:
+        args = ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            data_iter=grain.checkpoint.CheckpointSave(data_iter),
+            config=ocp.args.JsonSave(config),
+            tokenizer=ocp.args.JsonSave(tokenizer.to_dict()),
+        )
+        self.manager.save(step, args=args, metrics=metrics, force=True)
+
+    def load_meta(self, step: int):
+        """(saved run config dict, tokenizer) of a checkpoint."""
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), tokenizer=ocp.args.JsonRestore())
+        )
+        return dict(restored["config"]), tokenizer_from_dict(dict(restored["tokenizer"]), where=f"checkpoint {step}")
+
+    def restore_state(self, step: int, abstract_state, data_iter=None):
+        """Restore the train state onto the shardings carried by ``abstract_state`` (ShapeDtypeStructs),
+        and the iterator in place when given."""
+        items = {"state": ocp.args.StandardRestore(abstract_state)}
+        if data_iter is not None:
+            items["data_iter"] = grain.checkpoint.CheckpointRestore(data_iter)
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        except (ValueError, KeyError) as e:
+            raise CheckpointError(f"checkpoint {step} in {self.workdir} does not match this model: {e}") from None
+        return restored["state"]
+
+
+def with_shardings(abstract, shardings):
+    return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def restore_params_numpy(workdir: str, step: str | int = "best"):
+    """Restore a checkpoint's parameters onto the CPU as plain numpy, for notebooks.
+
+    Returns (params as a tree of numpy arrays, run config as ConfigDict, tokenizer, step).
+    """
+    from rank4jax.models.family import get_family  # local: keeps this module light to import
+    from rank4jax.training.run_config import from_json_dict
+    from rank4jax.training.state import create_train_state, make_optimizer
+
+    with RunCheckpoints(workdir, read_only=True) as ckpt:
+        step = ckpt.resolve_step(step)
+        saved, tokenizer = ckpt.load_meta(step)
+        config = from_json_dict(saved)
+        family = get_family(config.model_family)
+        model_cfg = family.make_config(config.model, tokenizer.vocab_size)
+        optimizer = make_optimizer(config.optim)
+        abstract = jax.eval_shape(
+            lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
+        )
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        state = ckpt.restore_state(step, with_shardings(abstract, jax.tree_util.tree_map(lambda _: cpu, abstract)))
+    params = jax.tree_util.tree_map(np.asarray, state.params)
+    return params, config, tokenizer, step

@@ -1,0 +1,200 @@
+"""The training loop: resumable, sharded, checkpointed, with progress bar, metrics and curves.
+
+Rerunning the same command resumes from the latest checkpoint (train state, grain iterator state);
+SIGINT/SIGTERM save a checkpoint and stop. A run interrupted at step k and resumed ends with the
+same parameters as an uninterrupted one. NaN/inf in the loss or gradient norm stops the run before
+anything is saved for the bad steps.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from tqdm.auto import tqdm
+
+from rank4jax.data.pipeline import train_dataset
+from rank4jax.errors import CheckpointError, TrainingDivergedError
+from rank4jax.models.family import get_family
+from rank4jax.training import sharding
+from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, with_shardings
+from rank4jax.training.data_setup import prepare_data, validation_windows
+from rank4jax.training.evaluation import evaluate_windows
+from rank4jax.training.metrics import MetricsWriter, plot_curves
+from rank4jax.training.run_config import identity_differences, to_json_dict, validate
+from rank4jax.training.state import create_train_state, make_optimizer
+from rank4jax.training.steps import jit_eval_step, jit_train_step
+
+SUMMARY_FILE = "train_summary.json"
+
+
+class StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks after every step."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
+    """The tokenizer of an existing run, after checking its config matches; None for a new run."""
+    latest = ckpt.latest_step()
+    if latest is None:
+        return None
+    saved, tokenizer = ckpt.load_meta(latest)
+    diffs = identity_differences(saved, config)
+    if diffs:
+        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        raise CheckpointError(
+            f"{workdir} holds checkpoints of a different config: {diffs[0]}{more}. "
+            "Use a new --workdir, or the config that wrote these checkpoints; nothing was changed."
+        )
+    return tokenizer
+
+
+def _flush_train_metrics(pending: list, step: int, seconds: float, batch_size: int) -> dict:
+    fetched = jax.device_get(pending)
+    losses = np.array([m["loss"] for m in fetched], np.float64)
+    norms = np.array([m["grad_norm"] for m in fetched], np.float64)
+    bad = ~(np.isfinite(losses) & np.isfinite(norms))
+    if bad.any():
+        first = step - len(fetched) + 1 + int(np.argmax(bad))
+        i = int(np.argmax(bad))
+        raise TrainingDivergedError(
+            f"training diverged at step {first}: loss={losses[i]}, grad_norm={norms[i]}. "
+            "Stopped without saving; the checkpoints already in the workdir are intact. "
+            "Try a lower optim.learning_rate or set optim.grad_clip_norm."
+        )
+    ls_tokens = sum(float(m["last_slice_tokens"]) for m in fetched)
+    return {
+        "step": step,
+        "split": "train",
+        "loss": float(losses.mean()),
+        "last_slice_ce": sum(float(m["last_slice_ce_sum"]) for m in fetched) / max(ls_tokens, 1.0),
+        "grad_norm": float(norms.mean()),
+        "windows_per_s": len(fetched) * batch_size / max(seconds, 1e-9),
+    }
+
+
+def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
+    """Train (or resume) the run of ``config`` in ``workdir``; returns the summary it writes.
+
+    ``hooks``: callables ``hook(step, state)`` run after every step (tests use them to interrupt).
+    """
+    validate(config)
+    family = get_family(config.model_family)
+    os.makedirs(workdir, exist_ok=True)
+    started = time.time()
+    with RunCheckpoints(workdir, keep=config.keep_checkpoints) as ckpt:
+        tokenizer = _check_workdir(ckpt, config, workdir)
+        data = prepare_data(config, tokenizer)
+        tokenizer = data.tokenizer
+        val_windows = validation_windows(data)
+        model_cfg = family.make_config(config.model, tokenizer.vocab_size)
+        mesh = sharding.make_mesh(config.batch_size)
+        sharding.make_mesh(config.eval_batch_size)  # validates divisibility
+        replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
+        optimizer = make_optimizer(config.optim)
+        init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
+        abstract = jax.eval_shape(init_fn, jax.random.key(config.seed))
+        state_sharding = jax.tree_util.tree_map(lambda _: replicated, abstract)
+        train_iter = iter(
+            train_dataset(
+                data.windows["train"].windows,
+                config.batch_size,
+                seed=config.seed,
+                process_index=jax.process_index(),
+                process_count=jax.process_count(),
+            )
+        )
+        latest = ckpt.latest_step()
+        if latest is None:
+            state = jax.jit(init_fn, out_shardings=state_sharding)(jax.random.key(config.seed))
+        else:
+            state = ckpt.restore_state(latest, with_shardings(abstract, state_sharding), train_iter)
+        n_params = family.count_params(model_cfg)
+        train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
+        eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
+        writer = MetricsWriter(workdir)
+        saved_config = to_json_dict(config)
+        start = int(jax.device_get(state.step))
+        if start == 0:
+            print(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")
+        else:
+            print(f"rank4jax: resuming {workdir} from step {start}")
+
+        def evaluate_and_log(step):
+            metrics = evaluate_windows(eval_step, state.params, val_windows, config.eval_batch_size, batch_sharding)
+            if not np.isfinite(metrics["window_ce"]):
+                raise TrainingDivergedError(f"validation loss is {metrics['window_ce']} at step {step}; not saved")
+            writer.write({"step": step, "split": "validation", **metrics})
+            return metrics
+
+        last_val, interrupted = None, None  # every checkpoint carries its validation loss
+        pending, t_last = [], time.perf_counter()
+        bar = tqdm(total=config.num_steps, initial=start, disable=not config.progress_bar, unit="step", dynamic_ncols=True)
+        with StopRequest() as stop, bar:
+            for step in range(start + 1, config.num_steps + 1):
+                batch = sharding.put_batch(next(train_iter), batch_sharding)
+                state, metrics = train_step(state, batch)
+                pending.append(metrics)
+                bar.update(1)
+                for hook in hooks:
+                    hook(step, state)
+                is_last = step == config.num_steps
+                checkpoint_now = step % config.checkpoint_every == 0 or is_last
+                if step % config.log_every == 0 or step % config.eval_every == 0 or is_last or stop.signal:
+                    record = _flush_train_metrics(pending, step, time.perf_counter() - t_last, config.batch_size)
+                    writer.write(record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
+                    pending, t_last = [], time.perf_counter()
+                if step % config.eval_every == 0 or is_last or stop.signal:
+                    last_val = evaluate_and_log(step)
+                    bar.write(
+                        f"step {step}: val window CE {last_val['window_ce']:.4f}, LS(T) {last_val['last_slice_ce']:.4f}, "
+                        f"token acc {last_val['token_accuracy']:.3f}"
+                    )
+                    t_last = time.perf_counter()
+                if checkpoint_now or stop.signal:
+                    ckpt.save(step, state, train_iter, saved_config, tokenizer, {BEST_METRIC: last_val["window_ce"]})
+                if stop.signal:
+                    interrupted = signal.Signals(stop.signal).name
+                    break
+        ckpt.manager.wait_until_finished()
+        final_step = int(jax.device_get(state.step))
+        best = ckpt.best_step()
+    summary = {
+        "workdir": os.path.abspath(workdir),
+        "model_family": family.name,
+        "parameters": n_params,
+        "step": final_step,
+        "best_step": best,
+        "interrupted": interrupted,
+        "wall_time_s": time.time() - started,
+        "final_validation": last_val,
+        "data": data.summary(),
+    }
+    with open(os.path.join(workdir, SUMMARY_FILE), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    plot_curves(workdir)
+    if interrupted:
+        print(f"rank4jax: {interrupted} at step {final_step}: checkpoint saved; rerun the same command to resume")
+    return summary

@@ -1,0 +1,81 @@
+"""Metrics files and curves: an append-only JSONL log in the workdir and PNG plots of it.
+
+Records are ``{"step": int, "split": "train" | "validation", ...}``. A resumed run may log a step
+again; readers keep the last record per (split, step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsWriter:
+    def __init__(self, workdir: str):
+        self.path = os.path.join(workdir, METRICS_FILE)
+
+    def write(self, record: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(workdir: str) -> dict[str, list[dict]]:
+    """{split: records sorted by step}, last record per (split, step)."""
+    path = os.path.join(workdir, METRICS_FILE)
+    latest: dict[tuple[str, int], dict] = {}
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a hard kill
+                latest[(record.get("split", "train"), int(record["step"]))] = record
+    out: dict[str, list[dict]] = {}
+    for (split, _), record in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        out.setdefault(split, []).append(record)
+    return out
+
+
+def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
+    """Draw train window loss, validation window loss and validation LS(T) against step (like the
+    paper's Figures 3–4) into ``workdir/plots/curves.png``. Returns the path, or None if no data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = read_metrics(workdir)
+    train, val = metrics.get("train", []), metrics.get("validation", [])
+    if not train and not val:
+        return None
+    out_path = out_path or os.path.join(workdir, "plots", "curves.png")
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = [
+        (axes[0], train, "loss", "train window loss (teacher-forced)"),
+        (axes[1], val, "window_ce", "validation window loss"),
+        (axes[2], val, "last_slice_ce", "validation LS(T)"),
+    ]
+    for ax, records, key, title in panels:
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, marker="." if len(points) < 50 else None)
+        if records is val and points:
+            best = min(points, key=lambda p: p[1])
+            ax.plot([best[0]], [best[1]], "o", mfc="none", ms=10, color="k", label=f"min {best[1]:.3f} @ {best[0]}")
+            ax.legend()
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy (nats)")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path

@@ -1,0 +1,98 @@
+"""Validation of run configs (``configs/*.py`` → ml_collections.ConfigDict).
+
+Every bad value raises :class:`ConfigError` naming the field; nothing is written before this passes.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+
+import ml_collections
+
+from rank4jax.errors import ConfigError
+from rank4jax.models.family import get_family
+from rank4jax.models.rank4.config import check_dropout, check_positive_int
+
+# Sections whose change makes an existing workdir's checkpoints incompatible with the run.
+IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data")
+
+
+def _check_nonnegative(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    get_family(config.model_family)
+    for name in ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers"):
+        check_positive_int(f"model.{name}", config.model[name])
+    check_dropout("model.dropout", config.model.dropout)
+    for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
+        check_positive_int(name, config[name])
+    check_positive_int("keep_checkpoints", config.keep_checkpoints)
+    if config.checkpoint_every % config.eval_every:
+        raise ConfigError(
+            f"checkpoint_every ({config.checkpoint_every}) must be a multiple of eval_every ({config.eval_every}) "
+            "so every checkpoint carries a validation loss"
+        )
+    optim = config.optim
+    if isinstance(optim.learning_rate, bool) or not isinstance(optim.learning_rate, numbers.Real):
+        raise ConfigError(f"optim.learning_rate must be a number, got {optim.learning_rate!r}")
+    if not optim.learning_rate > 0:
+        raise ConfigError(f"optim.learning_rate must be positive, got {optim.learning_rate!r}")
+    for name in ("weight_decay", "eps", "grad_clip_norm", "warmup_steps"):
+        _check_nonnegative(f"optim.{name}", optim[name])
+    for name in ("b1", "b2"):
+        if not 0 <= optim[name] < 1:
+            raise ConfigError(f"optim.{name} must be in [0, 1), got {optim[name]!r}")
+    data = config.data
+    if data.source not in ("builtin", "file"):
+        raise ConfigError(f"data.source must be 'builtin' or 'file', got {data.source!r}")
+    if data.source == "file" and not data.path:
+        raise ConfigError("data.path must name a file when data.source='file'")
+    if data.source == "builtin":
+        check_positive_int("data.builtin_stories", data.builtin_stories)
+    split = tuple(data.split)
+    if len(split) != 3 or any(not isinstance(f, numbers.Real) or f < 0 for f in split) or abs(sum(split) - 1) > 1e-9:
+        raise ConfigError(f"data.split must be three non-negative fractions summing to 1, got {split}")
+    tok = config.tokenizer
+    if tok.kind not in ("word", "sentencepiece"):
+        raise ConfigError(f"tokenizer.kind must be 'word' or 'sentencepiece', got {tok.kind!r}")
+    if tok.build_on not in ("train", "all"):
+        raise ConfigError(f"tokenizer.build_on must be 'train' or 'all', got {tok.build_on!r}")
+    check_positive_int("tokenizer.min_count", tok.min_count)
+    check_positive_int("tokenizer.vocab_size", tok.vocab_size)
+
+
+def tokenizer_options(config: ml_collections.ConfigDict) -> dict:
+    tok = config.tokenizer
+    if tok.kind == "word":
+        return {"min_count": tok.min_count, "lowercase": tok.lowercase}
+    return {"vocab_size": tok.vocab_size, "model_type": tok.model_type, "seed": config.seed}
+
+
+def to_json_dict(config: ml_collections.ConfigDict) -> dict:
+    """Plain JSON-safe dict (tuples become lists)."""
+    return json.loads(config.to_json())
+
+
+def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
+    """Fields in the identity sections where a saved run config differs from ``config``."""
+    current = to_json_dict(config)
+    diffs = []
+    for section in IDENTITY_SECTIONS:
+        a, b = saved.get(section), current.get(section)
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b)):
+                if a.get(key) != b.get(key):
+                    diffs.append(f"{section}.{key}: checkpoint has {a.get(key)!r}, this run has {b.get(key)!r}")
+        elif a != b:
+            diffs.append(f"{section}: checkpoint has {a!r}, this run has {b!r}")
+    return diffs
+
+
+def from_json_dict(saved: dict) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict(saved)
+    config.data.split = tuple(config.data.split)
+    return config

@@ -1,0 +1,45 @@
+"""TrainState and the AdamW optimiser (SPEC §5)."""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from rank4jax.models.family import ModelFamily
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 scalar: optimiser steps taken
+    params: dict
+    opt_state: optax.OptState
+    rng: jax.Array  # raw uint32 key data; per-step keys are fold_in(rng, step)
+
+    def dropout_key(self) -> jax.Array:
+        return jax.random.fold_in(jax.random.wrap_key_data(self.rng), self.step)
+
+
+def make_optimizer(optim) -> optax.GradientTransformation:
+    """AdamW (lr 3e-4, wd 0.01, β = (0.9, 0.999), ε = 1e-8 in the paper) with optional linear warmup
+    and optional global-norm clipping (0 = off)."""
+    lr = optim.learning_rate
+    if optim.warmup_steps > 0:
+        lr = optax.linear_schedule(0.0, optim.learning_rate, optim.warmup_steps)
+    adamw = optax.adamw(lr, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
+    if optim.grad_clip_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), adamw)
+    return adamw
+
+
+def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer) -> TrainState:
+    """Pure: jit it with ``out_shardings`` to create the state directly on the devices."""
+    init_key, dropout_key = jax.random.split(key)
+    params = family.init(init_key, model_cfg)
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        rng=jax.random.key_data(dropout_key),
+    )
