@@ -1,13 +1,13 @@
 """Evaluate a trained run from its workdir alone (config and tokenizer come from the checkpoint).
 
-    python eval.py --workdir=runs/default --split=test [--step=best|latest|N] [--data=other.csv]
+python eval.py --workdir=runs/default --split=test [--step=best|latest|N] [--data=other.csv]
 """
 
 import json
 
 from absl import app, flags, logging
 
-from rank4jax.cli import run_reporting_user_errors
+from rank4jax.cli import parse_flags, run_reporting_user_errors
 from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.metrics import plot_curves
 
@@ -27,8 +27,11 @@ def main(argv):
     report = run_reporting_user_errors(
         evaluate_run, _WORKDIR.value, _SPLIT.value, _STEP.value, _DATA.value, _EXAMPLES.value, _ROLLOUT.value
     )
-    headline = {k: report[k] for k in ("step", "split", "windows", "window_ce", "last_slice_ce", "token_accuracy")
-                if k in report}
+    headline = {
+        k: report[k]
+        for k in ("step", "split", "windows", "window_ce", "last_slice_ce", "token_accuracy")
+        if k in report
+    }
     if "cloze_accuracy" in report:
         headline["cloze_accuracy"] = report["cloze_accuracy"]
     print(json.dumps(headline, indent=2))
@@ -40,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

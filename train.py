@@ -1,15 +1,16 @@
 """Train a rank4jax model. Rerun the same command to resume from the latest checkpoint.
 
-    python train.py --config=configs/default.py --workdir=runs/default [--config.num_steps=2000 ...]
+python train.py --config=configs/default.py --workdir=runs/default [--config.num_steps=2000 ...]
 """
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rank4jax.cli import run_reporting_user_errors
+from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
 from rank4jax.training.loop import train
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
+with config_flag_errors():
+    _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Directory for checkpoints, metrics and plots.")
 
 
@@ -18,10 +19,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
-    summary = run_reporting_user_errors(train, _CONFIG.value, _WORKDIR.value)
+    summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
     if summary["interrupted"]:
         raise SystemExit(130 if summary["interrupted"] == "SIGINT" else 143)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -36,7 +36,9 @@ class RunCheckpoints:
         policy = pp.AnyPreservationPolicy(
             [
                 pp.LatestN(n=keep),
-                pp.BestN(get_metric_fn=lambda m: m[BEST_METRIC], reverse=True, n=1, keep_checkpoints_without_metrics=False),
+                pp.BestN(
+                    get_metric_fn=lambda m: m[BEST_METRIC], reverse=True, n=1, keep_checkpoints_without_metrics=False
+                ),
             ]
         )
         options = ocp.CheckpointManagerOptions(

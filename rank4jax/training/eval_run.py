@@ -56,7 +56,9 @@ def evaluate_run(
         abstract = jax.eval_shape(
             lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
         )
-        state = ckpt.restore_state(step, with_shardings(abstract, jax.tree_util.tree_map(lambda _: replicated, abstract)))
+        state = ckpt.restore_state(
+            step, with_shardings(abstract, jax.tree_util.tree_map(lambda _: replicated, abstract))
+        )
     params = state.params
     windows = data.windows[split].windows
     stories = data.stories[split]
@@ -104,7 +106,9 @@ def evaluate_run(
             if ce is not None:
                 per_step[k].append(ce)
         if len(rollouts) < num_examples:
-            rollouts.append({"context": list(story.sentences[:t]), "rollout": [display_text(tokenizer, p) for p in predicted]})
+            rollouts.append(
+                {"context": list(story.sentences[:t]), "rollout": [display_text(tokenizer, p) for p in predicted]}
+            )
     report["rollout_mean_ce"] = [float(np.mean(v)) if v else None for v in per_step]
     report["rollout_stories"] = [len(v) for v in per_step]
     report["rollout_examples"] = rollouts

@@ -33,7 +33,10 @@ def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, ba
         for key, value in sums.items():
             totals[key] = totals.get(key, 0.0) + float(value)
     means = {k: float(v) for k, v in means_from_sums(totals).items()}
-    return means | {"window_tokens": int(totals["window_tokens"]), "last_slice_tokens": int(totals["last_slice_tokens"])}
+    return means | {
+        "window_tokens": int(totals["window_tokens"]),
+        "last_slice_tokens": int(totals["last_slice_tokens"]),
+    }
 
 
 def make_scorers(family, model_cfg):

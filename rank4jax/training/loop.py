@@ -150,7 +150,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
 
         last_val, interrupted = None, None  # every checkpoint carries its validation loss
         pending, t_last = [], time.perf_counter()
-        bar = tqdm(total=config.num_steps, initial=start, disable=not config.progress_bar, unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=config.num_steps, initial=start, disable=not config.progress_bar, unit="step", dynamic_ncols=True
+        )
         with StopRequest() as stop, bar:
             for step in range(start + 1, config.num_steps + 1):
                 batch = sharding.put_batch(next(train_iter), batch_sharding)
@@ -168,9 +170,10 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                     pending, t_last = [], time.perf_counter()
                 if step % config.eval_every == 0 or is_last or stop.signal:
                     last_val = evaluate_and_log(step)
+                    v = last_val
                     bar.write(
-                        f"step {step}: val window CE {last_val['window_ce']:.4f}, LS(T) {last_val['last_slice_ce']:.4f}, "
-                        f"token acc {last_val['token_accuracy']:.3f}"
+                        f"step {step}: val window CE {v['window_ce']:.4f}, LS(T) {v['last_slice_ce']:.4f}, "
+                        f"token acc {v['token_accuracy']:.3f}"
                     )
                     t_last = time.perf_counter()
                 if checkpoint_now or stop.signal:

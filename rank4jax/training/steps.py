@@ -25,7 +25,7 @@ def train_step(state: TrainState, windows: jax.Array, *, family: ModelFamily, mo
     params = optax.apply_updates(state.params, updates)
     metrics = {
         "loss": loss,
-        "grad_norm": optax.global_norm(grads),
+        "grad_norm": optax.tree.norm(grads),
         "last_slice_ce_sum": sums["last_slice_ce_sum"],
         "last_slice_tokens": sums["last_slice_tokens"],
     }

@@ -1,0 +1,30 @@
+"""Small run configs for fast end-to-end tests."""
+
+from configs import default
+
+
+def tiny_config(**overrides):
+    """A few-second run on the built-in corpus; ``overrides`` use dotted keys ("model.dx": 4)."""
+    c = default.get_config()
+    c.data.builtin_stories = 200
+    c.model.n_tokens = 8
+    c.model.dx = 4
+    c.model.dt = 2
+    c.model.n_heads = 2
+    c.model.n_layers = 1
+    c.batch_size = 8
+    c.eval_batch_size = 16
+    c.num_steps = 6
+    c.log_every = 2
+    c.eval_every = 2
+    c.checkpoint_every = 2
+    c.keep_checkpoints = 2
+    c.optim.warmup_steps = 0
+    c.progress_bar = False
+    for key, value in overrides.items():
+        node = c
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return c

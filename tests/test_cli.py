@@ -1,0 +1,64 @@
+"""The command lines: --help, user errors as one line without a traceback, configs load."""
+
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rank4jax.training.run_config import validate
+from tests.conftest import REPO
+
+
+def run(*args, cwd=REPO):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(str(REPO / "configs" / "*.py"))))
+def test_every_config_file_loads_and_validates(path):
+    if path.endswith("__init__.py"):
+        return
+    spec = importlib.util.spec_from_file_location("cfg", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.__doc__ and "python train.py" in module.__doc__ and "runtime" in module.__doc__.lower()
+    validate(module.get_config())
+
+
+def test_help_lists_flags():
+    # absl's --help prints usage to stdout and exits with status 1 (its convention)
+    out = run("train.py", "--help")
+    assert "--workdir" in out.stdout and "--config" in out.stdout and "Traceback" not in out.stderr
+    out = run("eval.py", "--help")
+    assert "--split" in out.stdout and "--step" in out.stdout and "Traceback" not in out.stderr
+
+
+def test_unknown_config_key_is_one_clear_error(tmp_path):
+    out = run("train.py", f"--workdir={tmp_path}", "--config.no_such_key=1")
+    assert out.returncode != 0 and "no_such_key" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_value_and_missing_data_are_one_line_errors(tmp_path):
+    out = run("train.py", f"--workdir={tmp_path}", "--config.model.dropout=1.5")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: model.dropout must be a number in [0, 1)")
+    out = run("train.py", f"--workdir={tmp_path}", "--config.data.source=file", "--config.data.path=/nope.csv")
+    assert (
+        out.returncode == 2 and "error: data file not found: /nope.csv" in out.stderr and "Traceback" not in out.stderr
+    )
+
+
+def test_eval_without_checkpoints_is_a_clear_error(tmp_path):
+    out = run("eval.py", f"--workdir={tmp_path}")
+    assert out.returncode == 2 and "error: no checkpoints in" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_missing_config_file_and_nested_unknown_key(tmp_path):
+    out = run("train.py", f"--workdir={tmp_path}", "--config=configs/nope.py")
+    assert out.returncode == 2 and "error: cannot load the config file" in out.stderr and "nope.py" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = run("train.py", f"--workdir={tmp_path}", "--config.model.nope=3")
+    assert out.returncode == 2 and "error: unknown config key 'nope'" in out.stderr and "Traceback" not in out.stderr

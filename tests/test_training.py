@@ -1,0 +1,150 @@
+"""End-to-end training, resume, checkpoints and evaluation on tiny runs."""
+
+import json
+import os
+import signal
+
+import jax
+import numpy as np
+import pytest
+
+from rank4jax.errors import CheckpointError, ConfigError, DataError, TrainingDivergedError
+from rank4jax.training.checkpointing import RunCheckpoints, restore_params_numpy
+from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.loop import train
+from rank4jax.training.metrics import read_metrics
+from tests.helpers import tiny_config
+
+
+def _params_close(a, b, atol):
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=atol)
+
+
+def test_storycloze_train_and_eval_loss_falls(tmp_path, cloze_path):
+    config = tiny_config(**{
+        "data.source": "file", "data.path": cloze_path, "tokenizer.lowercase": True,
+        "model.n_tokens": 12, "model.dx": 8, "model.dt": 4, "num_steps": 40, "log_every": 10,
+        "eval_every": 20, "checkpoint_every": 20, "optim.learning_rate": 3e-3, "batch_size": 16,
+    })  # fmt: skip
+    summary = train(config, str(tmp_path))
+    metrics = read_metrics(str(tmp_path))
+    train_losses = [r["loss"] for r in metrics["train"]]
+    assert len(train_losses) == 4 and train_losses[-1] < train_losses[0] - 0.5
+    val = metrics["validation"]
+    assert [r["step"] for r in val] == [20, 40] and val[-1]["window_ce"] < val[0]["window_ce"]
+    assert summary["step"] == 40 and summary["data"]["train_stories"] > 1000
+    assert os.path.isfile(tmp_path / "plots" / "curves.png")
+    report = evaluate_run(str(tmp_path), split="test", num_examples=2)
+    assert report["windows"] == report["stories"] > 100
+    assert 0.0 <= report["cloze_accuracy"] <= 1.0 and report["cloze_stories"] == report["stories"]
+    assert np.isfinite(report["last_slice_ce"]) and len(report["examples"]) == 2
+    assert report["rollout_stories"][0] == report["stories"] and report["rollout_mean_ce"][1] is None
+    assert json.load(open(report["path"]))["step"] == report["step"]
+
+
+def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
+    config = tiny_config(num_steps=6, checkpoint_every=4, eval_every=2)
+    full = train(config, str(tmp_path / "full"))
+    assert full["step"] == 6 and full["interrupted"] is None
+
+    def interrupt_at_3(step, state):
+        if step == 3:
+            signal.raise_signal(signal.SIGINT)  # the real handler: save, then stop
+
+    part = train(config, str(tmp_path / "split"), hooks=[interrupt_at_3])
+    assert part["interrupted"] == "SIGINT" and part["step"] == 3
+    with RunCheckpoints(str(tmp_path / "split")) as ckpt:
+        assert ckpt.latest_step() == 3
+    resumed = train(config, str(tmp_path / "split"))
+    assert resumed["step"] == 6
+    a, *_ = restore_params_numpy(str(tmp_path / "full"), "latest")
+    b, *_ = restore_params_numpy(str(tmp_path / "split"), "latest")
+    _params_close(a, b, atol=1e-6)
+
+
+def test_checkpoint_round_trip_with_iterator_state(tmp_path):
+    config = tiny_config(num_steps=4)
+    train(config, str(tmp_path))
+    params, restored_config, tokenizer, step = restore_params_numpy(str(tmp_path), "latest")
+    assert step == 4 and restored_config.model.dx == config.model.dx
+    assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(params))
+    assert tokenizer.vocab_size == params["embed"]["sem"].shape[0]
+    # the saved iterator state continues exactly where an uninterrupted iterator would
+    from rank4jax.data.pipeline import train_dataset
+    from rank4jax.training.data_setup import prepare_data
+
+    windows = prepare_data(config, tokenizer).windows["train"].windows
+    reference = iter(train_dataset(windows, config.batch_size, seed=config.seed))
+    for _ in range(4):
+        next(reference)
+    restored_iter = iter(train_dataset(windows, config.batch_size, seed=config.seed))
+    with RunCheckpoints(str(tmp_path)) as ckpt:
+        import grain
+        import orbax.checkpoint as ocp
+
+        ckpt.manager.restore(4, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointRestore(restored_iter)))
+    np.testing.assert_array_equal(next(restored_iter), next(reference))
+
+
+def test_keeps_latest_and_best(tmp_path):
+    config = tiny_config(num_steps=8, keep_checkpoints=1, **{"optim.learning_rate": 1e-2})
+    summary = train(config, str(tmp_path))
+    with RunCheckpoints(str(tmp_path)) as ckpt:
+        steps = ckpt.all_steps()
+        assert 8 in steps and summary["best_step"] in steps and len(steps) <= 2
+        metrics = {s: ckpt.manager.metrics(s)["val_window_ce"] for s in steps}
+    assert summary["best_step"] == min(metrics, key=metrics.get)
+
+
+def test_rerun_after_completion_is_a_no_op(tmp_path):
+    config = tiny_config(num_steps=2)
+    train(config, str(tmp_path))
+    again = train(config, str(tmp_path))
+    assert again["step"] == 2
+
+
+def test_different_config_in_workdir_is_refused_and_nothing_changes(tmp_path):
+    train(tiny_config(num_steps=2), str(tmp_path))
+    before = sorted((p, os.path.getmtime(p)) for p in map(str, tmp_path.rglob("*")))
+    with pytest.raises(CheckpointError, match=r"different config: model.dx: checkpoint has 4, this run has 8"):
+        train(tiny_config(num_steps=4, **{"model.dx": 8}), str(tmp_path))
+    after = sorted((p, os.path.getmtime(p)) for p in map(str, tmp_path.rglob("*")))
+    assert before == after
+
+
+def test_divergence_stops_without_saving(tmp_path):
+    train(tiny_config(num_steps=2), str(tmp_path))
+    before, *_ = restore_params_numpy(str(tmp_path), "latest")
+    config = tiny_config(num_steps=8, **{"optim.learning_rate": 1e38})  # optim may change on resume
+    with pytest.raises(TrainingDivergedError, match="diverged at step [3-8]: loss=(nan|inf)"):
+        train(config, str(tmp_path))
+    with RunCheckpoints(str(tmp_path)) as ckpt:
+        assert ckpt.all_steps() == [2]
+    after, *_ = restore_params_numpy(str(tmp_path), "latest")
+    _params_close(before, after, atol=0)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ({"model.dropout": 1.0}, "model.dropout"),
+        ({"model.dx": 0}, "model.dx"),
+        ({"num_steps": -3}, "num_steps"),
+        ({"checkpoint_every": 3}, "checkpoint_every"),
+        ({"tokenizer.kind": "bytes"}, "tokenizer.kind"),
+        ({"batch_size": 7}, "divisible"),
+        ({"model.n_slices": 5}, r"n_slices=5 needs stories of at least T\+1=6 sentences"),
+    ],
+)
+def test_bad_config_values(tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        train(tiny_config(**overrides), str(tmp_path))
+    assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
+
+
+def test_missing_data_path(tmp_path):
+    with pytest.raises(DataError, match="not found: .*missing.csv"):
+        train(tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "missing.csv")}), str(tmp_path))
