@@ -3,8 +3,10 @@
     python train.py --config=configs/default.py --workdir=runs/default
     python eval.py --workdir=runs/default --split=test
 
-Expected runtime: about 3 minutes on 2 CPU cores (1,200 steps of 32 windows, including compile);
-the validation LS(T) falls from about 4.2 nats (uniform over the vocabulary) to well under 1.
+Expected runtime: about 1 minute on 2 CPU cores (2,500 steps of 32 windows, 31.7k parameters,
+compile included); the validation LS(T) falls from about 5 nats (uniform over the ~150-word
+vocabulary) to about 0.75. The remaining loss is the corpus's own randomness: each ending has two
+or three phrasings.
 """
 
 import ml_collections
@@ -19,7 +21,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.source = "builtin"  # "builtin" (procedural corpus) or "file" (data.path)
     c.data.path = ""  # one file, or several separated by commas
     c.data.format = "auto"  # auto | rocstories | storycloze | text
-    c.data.builtin_stories = 3000
+    c.data.builtin_stories = 8000
     c.data.builtin_seed = 0
     c.data.split = (0.8, 0.1, 0.1)  # train / validation / test by a stable hash of the story id
     c.data.split_salt = ""
@@ -53,10 +55,10 @@ def get_config() -> ml_collections.ConfigDict:
 
     c.batch_size = 32
     c.eval_batch_size = 64
-    c.num_steps = 1200
+    c.num_steps = 2500
     c.log_every = 50
-    c.eval_every = 200
-    c.checkpoint_every = 200
+    c.eval_every = 250
+    c.checkpoint_every = 500
     c.keep_checkpoints = 2
     c.progress_bar = True
     return c

@@ -171,3 +171,17 @@ def test_parameter_breakdown_matches_table3():
     attn = sum(leaf.size for layer in shapes["layers"] for leaf in jax.tree_util.tree_leaves(layer["attn"]))
     tables = sum(leaf.size for leaf in jax.tree_util.tree_leaves((shapes["embed"], shapes["readout"])))
     assert attn == 100_663_296 and tables == 4_699_008
+
+
+def test_attention_maps_rows_sum_to_one_and_pad_keys_are_zero():
+    from rank4jax.models.rank4 import attention_maps
+
+    cfg = tiny_cfg()
+    params = rank4jax.init_params(jax.random.key(4), cfg)
+    inputs = jnp.array([[[4, 0], [5, 3]]])  # PAD at (t=0, x=1)
+    maps = attention_maps(params, inputs, cfg)
+    assert len(maps) == 2 and maps[0].shape == (1, 2, 2, 2, 2, 2)
+    for a in maps:
+        a = np.asarray(a)
+        np.testing.assert_allclose(a.sum(axis=(-2, -1)), 1.0, rtol=1e-6)
+        assert np.all(a[..., 1, 0] == 0.0)  # key (x'=1, t'=0) is PAD

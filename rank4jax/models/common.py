@@ -29,12 +29,18 @@ def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:
     return table
 
 
-def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
-    """LayerNorm over the last axis of ``x``; ``scale``/``bias`` are reshaped to that width."""
+def normalize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(x̂, rstd) over the last axis: x̂ = (x − mean) · rstd, rstd = 1/sqrt(var + ε)."""
     mean = jnp.mean(x, axis=-1, keepdims=True)
     centred = x - mean
     var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
-    normed = centred * jax.lax.rsqrt(var + LN_EPSILON)
+    rstd = jax.lax.rsqrt(var + LN_EPSILON)
+    return centred * rstd, rstd
+
+
+def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
+    """LayerNorm over the last axis of ``x``; ``scale``/``bias`` are reshaped to that width."""
+    normed, _ = normalize(x)
     return normed * scale.reshape(-1) + bias.reshape(-1)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -24,13 +25,15 @@ from rank4jax.training.run_config import from_json_dict
 from rank4jax.training.state import create_train_state, make_optimizer
 from rank4jax.training.steps import jit_eval_step
 
+_SENTENCE_FINAL = re.compile(r"[.!?]")
+
 
 def display_text(tokenizer, ids) -> str:
     """Decode a predicted state for display, cut after its first sentence-final token: PAD targets
     are never trained, so positions after a sentence's end hold arbitrary predictions."""
     text = tokenizer.decode(ids)
-    cut = min((i for i in (text.find(". "), text.find("! "), text.find("? ")) if i >= 0), default=-1)
-    return text[: cut + 1] if cut >= 0 else text
+    end = _SENTENCE_FINAL.search(text)
+    return text[: end.end()] if end else text
 
 
 def evaluate_run(

@@ -3,10 +3,11 @@
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
 from rank4jax.models.rank4.losses import last_slice_mean_ce, window_loss_sums, window_losses
-from rank4jax.models.rank4.model import count_params, forward, hidden_states, init_params
+from rank4jax.models.rank4.model import attention_maps, count_params, forward, hidden_states, init_params
 
 __all__ = [
     "Rank4Config",
+    "attention_maps",
     "canonical_shapes",
     "count_params",
     "export_params",

@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from rank4jax.models.common import apply_mlp, dropout, init_layer_norm, init_mlp, layer_norm
-from rank4jax.models.rank4.attention import apply_attention, init_attention
+from rank4jax.models.rank4.analytic import attention_block
+from rank4jax.models.rank4.attention import apply_attention, attention_weights, init_attention
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.embedding import PAD_ID, apply_embedding, init_embedding
 from rank4jax.models.rank4.readout import apply_readout, init_readout
@@ -58,8 +59,12 @@ def apply_layer(
 ) -> jax.Array:
     """One Pre-LN layer on the stream x (B, P, D): attention branch then MLP branch."""
     rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(rng)
-    u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-    x = x + dropout(apply_attention(layer["attn"], u, key_mask, cfg), cfg.dropout, rng_attn, train)
+    if cfg.attention == "analytic":  # same forward, §6 hand-derived backward
+        attended = attention_block(x, layer["ln_attn"], layer["attn"], key_mask)
+    else:
+        u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
+        attended = apply_attention(layer["attn"], u, key_mask, cfg)
+    x = x + dropout(attended, cfg.dropout, rng_attn, train)
     u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
     return x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train)
 
@@ -79,6 +84,24 @@ def hidden_states(
         layer_rng = None if rng is None else jax.random.fold_in(rng, index)
         x = apply_layer(layer, x, key_mask, cfg, train=train, rng=layer_rng)
     return layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
+
+
+def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
+    """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x', t']."""
+    batch = inputs.shape[0]
+    tok = jnp.swapaxes(inputs, 1, 2)
+    x = apply_embedding(params["embed"], tok, cfg).reshape(batch, -1, cfg.width)
+    key_mask = key_padding_mask(inputs)
+    maps = []
+    for layer in params["layers"]:
+        u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
+        q = jnp.einsum("bpd,hde->bhpe", u, layer["attn"]["wq"])
+        k = jnp.einsum("bpd,hde->bhpe", u, layer["attn"]["wk"])
+        a = attention_weights(q, k, key_mask)
+        grid = (cfg.n_tokens, cfg.n_slices)
+        maps.append(a.reshape((batch, cfg.n_heads) + grid + grid))
+        x = apply_layer(layer, x, key_mask, cfg, train=False, rng=None)
+    return maps
 
 
 def forward(
