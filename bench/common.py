@@ -1,0 +1,62 @@
+"""Shared helpers for benchmarks: synthetic windows, jitted train steps, interleaved timing and
+compiled-memory figures. Benchmarks report ratios measured side by side in one run."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import jax
+import numpy as np
+import optax
+
+from rank4jax.models.family import RANK4
+from rank4jax.training.state import create_train_state
+from rank4jax.training.steps import train_step
+
+
+def synthetic_windows(batch: int, n_slices: int, n_tokens: int, vocab: int, pad_tail: int = 3, seed: int = 0):
+    """Random (B, T+1, N) windows whose last ``pad_tail`` positions are PAD (as the PyTorch peer)."""
+    rng = np.random.default_rng(seed)
+    windows = rng.integers(4, vocab, size=(batch, n_slices + 1, n_tokens), dtype=np.int32)
+    if pad_tail:
+        windows[:, :, n_tokens - pad_tail :] = 0
+    return windows
+
+
+def compiled_train_step(model_cfg, windows, learning_rate: float = 3e-4, weight_decay: float = 0.01):
+    """(jitted step with donation, initial state, compile seconds, compiled memory analysis)."""
+    optimizer = optax.adamw(learning_rate, weight_decay=weight_decay)
+    state = create_train_state(jax.random.key(0), RANK4, model_cfg, optimizer)
+    step = jax.jit(
+        functools.partial(train_step, family=RANK4, model_cfg=model_cfg, optimizer=optimizer), donate_argnums=0
+    )
+    t0 = time.perf_counter()
+    compiled = step.lower(state, windows).compile()
+    compile_s = time.perf_counter() - t0
+    return compiled, state, compile_s, compiled.memory_analysis()
+
+
+def peak_bytes(memory) -> int:
+    """Arguments + outputs + XLA temporaries of a compiled program (its peak device footprint)."""
+    return int(memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
+
+
+def run_steps(compiled, state, windows, steps: int):
+    """Run ``steps`` steps; returns (seconds, new state). Blocks on the result."""
+    t0 = time.perf_counter()
+    metrics = None
+    for _ in range(steps):
+        state, metrics = compiled(state, windows)
+    jax.block_until_ready(metrics)
+    return time.perf_counter() - t0, state
+
+
+def interleaved_medians(runners: dict, repeats: int) -> dict:
+    """Call each runner (returning seconds) in turn, ``repeats`` rounds; median seconds per name."""
+    times = {name: [] for name in runners}
+    for _ in range(repeats):
+        for name, runner in runners.items():
+            times[name].append(runner())
+    return {name: statistics.median(values) for name, values in times.items()}
