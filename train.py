@@ -12,6 +12,12 @@ from rank4jax.training.loop import train
 with config_flag_errors():
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Directory for checkpoints, metrics and plots.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Multi-host: call jax.distributed.initialize() first (one process per host)."
+)
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (auto-detected on TPU/SLURM).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (auto-detected if unset).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (auto-detected if unset).")
 
 
 def main(argv):
@@ -19,6 +25,12 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    if _DISTRIBUTED.value:
+        import jax
+
+        jax.distributed.initialize(
+            coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value
+        )
     summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
     if summary["interrupted"]:
         raise SystemExit(130 if summary["interrupted"] == "SIGINT" else 143)

@@ -53,6 +53,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.optim.warmup_steps = 50
     c.optim.grad_clip_norm = 0.0  # 0 = off
 
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = -1  # devices along the batch axis (-1: all devices not used by mesh.model)
+    c.mesh.model = 1  # devices along the head / MLP-width axis
+
     c.batch_size = 32
     c.eval_batch_size = 64
     c.num_steps = 2500

@@ -53,15 +53,16 @@ def evaluate_run(
         family = get_family(config.model_family)
         model_cfg = family.make_config(config.model, tokenizer.vocab_size)
         data = prepare_data(config, tokenizer, path=data_path)
-        mesh = sharding.make_mesh(config.eval_batch_size)
+        # data parallel over as many devices as divide the eval batch (independent of the training mesh)
+        n_data = max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
+        mesh = sharding.make_mesh(n_data, 1)
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
         optimizer = make_optimizer(config.optim)
         abstract = jax.eval_shape(
             lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
         )
-        state = ckpt.restore_state(
-            step, with_shardings(abstract, jax.tree_util.tree_map(lambda _: replicated, abstract))
-        )
+        state_sharding = sharding.state_shardings(mesh, abstract)
+        state = ckpt.restore_state(step, with_shardings(abstract, state_sharding))
     params = state.params
     windows = data.windows[split].windows
     stories = data.stories[split]
@@ -78,7 +79,7 @@ def evaluate_run(
         report["note"] = "no windows in this split"
         return _write(workdir, report)
 
-    eval_step = jit_eval_step(family, model_cfg, replicated, batch_sharding, replicated)
+    eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
     report |= evaluate_windows(eval_step, params, windows, config.eval_batch_size, batch_sharding)
     predict, score = make_scorers(family, model_cfg)
     pairs, labels = cloze_windows(stories, tokenizer, model_cfg.n_tokens, model_cfg.n_slices)

@@ -109,13 +109,18 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         tokenizer = data.tokenizer
         val_windows = validation_windows(data)
         model_cfg = family.make_config(config.model, tokenizer.vocab_size)
-        mesh = sharding.make_mesh(config.batch_size)
-        sharding.make_mesh(config.eval_batch_size)  # validates divisibility
+        mesh = sharding.make_mesh(config.mesh.data, config.mesh.model)
+        sharding.check_divisibility(
+            mesh,
+            batch_sizes={"batch_size": config.batch_size, "eval_batch_size": config.eval_batch_size},
+            n_heads=config.model.n_heads,
+            hidden=4 * config.model.dx * config.model.dt,
+        )
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
         optimizer = make_optimizer(config.optim)
         init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
         abstract = jax.eval_shape(init_fn, jax.random.key(config.seed))
-        state_sharding = jax.tree_util.tree_map(lambda _: replicated, abstract)
+        state_sharding = sharding.state_shardings(mesh, abstract)  # created directly sharded
         train_iter = iter(
             train_dataset(
                 data.windows["train"].windows,
@@ -133,11 +138,13 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         n_params = family.count_params(model_cfg)
         train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
         eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
-        writer = MetricsWriter(workdir)
+        is_main = jax.process_index() == 0
+        writer = MetricsWriter(workdir, enabled=is_main)
         saved_config = to_json_dict(config)
         start = int(jax.device_get(state.step))
         if start == 0:
             print(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")
+            print(f"rank4jax: mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices")
         else:
             print(f"rank4jax: resuming {workdir} from step {start}")
 
@@ -151,7 +158,11 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         last_val, interrupted = None, None  # every checkpoint carries its validation loss
         pending, t_last = [], time.perf_counter()
         bar = tqdm(
-            total=config.num_steps, initial=start, disable=not config.progress_bar, unit="step", dynamic_ncols=True
+            total=config.num_steps,
+            initial=start,
+            disable=not (config.progress_bar and is_main),
+            unit="step",
+            dynamic_ncols=True,
         )
         with StopRequest() as stop, bar:
             for step in range(start + 1, config.num_steps + 1):
@@ -195,9 +206,10 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         "final_validation": last_val,
         "data": data.summary(),
     }
-    with open(os.path.join(workdir, SUMMARY_FILE), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
-    plot_curves(workdir)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, SUMMARY_FILE), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+        plot_curves(workdir)
     if interrupted:
         print(f"rank4jax: {interrupted} at step {final_step}: checkpoint saved; rerun the same command to resume")
     return summary

@@ -13,10 +13,15 @@ METRICS_FILE = "metrics.jsonl"
 
 
 class MetricsWriter:
-    def __init__(self, workdir: str):
+    """Appends JSON lines; only JAX process 0 writes (every process computes the same metrics)."""
+
+    def __init__(self, workdir: str, enabled: bool = True):
         self.path = os.path.join(workdir, METRICS_FILE)
+        self.enabled = enabled
 
     def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 

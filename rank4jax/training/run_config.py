@@ -56,6 +56,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     split = tuple(data.split)
     if len(split) != 3 or any(not isinstance(f, numbers.Real) or f < 0 for f in split) or abs(sum(split) - 1) > 1e-9:
         raise ConfigError(f"data.split must be three non-negative fractions summing to 1, got {split}")
+    from rank4jax.training.sharding import mesh_shape
+
+    mesh_shape(config.mesh.data, config.mesh.model)
     tok = config.tokenizer
     if tok.kind not in ("word", "sentencepiece"):
         raise ConfigError(f"tokenizer.kind must be 'word' or 'sentencepiece', got {tok.kind!r}")
@@ -66,6 +69,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def tokenizer_options(config: ml_collections.ConfigDict) -> dict:
+    from rank4jax.training.sharding import mesh_shape
+
+    mesh_shape(config.mesh.data, config.mesh.model)
     tok = config.tokenizer
     if tok.kind == "word":
         return {"min_count": tok.min_count, "lowercase": tok.lowercase}

@@ -1,8 +1,15 @@
-"""Device mesh and shardings (jax.sharding; no pmap).
+"""Device mesh and shardings (jax.sharding; one jitted program, no pmap).
 
-One jitted program over a Mesh: the batch is sharded along the ``data`` axis and the train state is
-replicated. Batches are assembled from each process's local rows with
-``jax.make_array_from_process_local_data``.
+The mesh has two named axes:
+
+- ``data``: the batch is split along it; parameters are replicated across it;
+- ``model``: the attention heads (H axis of WQ/WK/WV) and the MLP hidden width (4D) are split
+  along it. Rank-4 heads are summed, so head parallelism costs one reduction per layer (and one
+  for the MLP's second matmul); XLA's partitioner inserts them.
+
+Parameters and optimiser moments get their PartitionSpec from their names (``attn.wq`` …,
+``mlp.w1`` …), so the AdamW moments, which mirror the parameter tree, shard like the parameters.
+Batches are assembled from each process's local rows with ``jax.make_array_from_process_local_data``.
 """
 
 from __future__ import annotations
@@ -13,15 +20,73 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from rank4jax.errors import ConfigError
 
-DATA_AXIS = "data"
+DATA_AXIS, MODEL_AXIS = "data", "model"
+
+# (parent key, leaf key) → PartitionSpec over the leaf's dimensions
+_RULES = {
+    ("attn", "wq"): PartitionSpec(MODEL_AXIS, None, None),  # (H, D, D)
+    ("attn", "wk"): PartitionSpec(MODEL_AXIS, None, None),
+    ("attn", "wv"): PartitionSpec(MODEL_AXIS, None, None),
+    ("mlp", "w1"): PartitionSpec(None, MODEL_AXIS),  # (D, 4D)
+    ("mlp", "b1"): PartitionSpec(MODEL_AXIS),  # (4D,)
+    ("mlp", "w2"): PartitionSpec(MODEL_AXIS, None),  # (4D, D)
+}
 
 
-def make_mesh(batch_size: int) -> jax.sharding.Mesh:
-    """A 1-D data-parallel mesh over every device; the batch must divide evenly."""
-    n_devices = jax.device_count()
-    if batch_size % n_devices:
-        raise ConfigError(f"batch_size {batch_size} is not divisible by the {n_devices} devices of the data axis")
-    return jax.make_mesh((n_devices,), (DATA_AXIS,), axis_types=(AxisType.Auto,))
+def mesh_shape(data: int, model: int, n_devices: int | None = None) -> tuple[int, int]:
+    """Resolve ``data=-1`` (every device not used by ``model``) and check the shape fits."""
+    n_devices = jax.device_count() if n_devices is None else n_devices
+    for name, value in (("mesh.data", data), ("mesh.model", model)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or (value <= 0 and not (name == "mesh.data" and value == -1))
+        ):
+            raise ConfigError(f"{name} must be a positive integer (mesh.data may be -1 for 'all'), got {value!r}")
+    if data == -1:
+        if n_devices % model:
+            raise ConfigError(f"mesh.model={model} does not divide the {n_devices} available devices")
+        data = n_devices // model
+    if data * model > n_devices:
+        raise ConfigError(f"mesh data={data} x model={model} needs {data * model} devices; only {n_devices} available")
+    return data, model
+
+
+def make_mesh(data: int = -1, model: int = 1) -> jax.sharding.Mesh:
+    """A (data, model) mesh over the first data·model devices."""
+    data, model = mesh_shape(data, model)
+    devices = jax.devices()[: data * model]
+    return jax.make_mesh((data, model), (DATA_AXIS, MODEL_AXIS), axis_types=(AxisType.Auto,) * 2, devices=devices)
+
+
+def check_divisibility(
+    mesh: jax.sharding.Mesh, *, batch_sizes: dict[str, int], n_heads: int | None, hidden: int | None
+):
+    data, model = mesh.shape[DATA_AXIS], mesh.shape[MODEL_AXIS]
+    for name, size in batch_sizes.items():
+        if size % data:
+            raise ConfigError(f"{name} {size} is not divisible by the data axis ({data} devices)")
+    if n_heads is not None and n_heads % model:
+        raise ConfigError(f"model.n_heads={n_heads} is not divisible by the model axis (mesh.model={model})")
+    if hidden is not None and hidden % model:
+        raise ConfigError(f"the MLP width {hidden} is not divisible by the model axis (mesh.model={model})")
+
+
+def _names(path) -> list:
+    return [getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path]
+
+
+def partition_spec(path, leaf) -> PartitionSpec:
+    names = _names(path)
+    spec = _RULES.get(tuple(names[-2:]))
+    if spec is not None and getattr(leaf, "ndim", None) == len(spec):
+        return spec
+    return PartitionSpec()
+
+
+def state_shardings(mesh: jax.sharding.Mesh, abstract_state):
+    """NamedShardings for every leaf of a (abstract) train state: heads / MLP width on ``model``."""
+    return jax.tree_util.tree_map_with_path(lambda p, x: NamedSharding(mesh, partition_spec(p, x)), abstract_state)
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
