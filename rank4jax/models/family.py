@@ -5,7 +5,10 @@ functions over (params, windows). Windows are int32 (B, T+1, N): inputs S(0..T-1
 S(1..T). ``loss_sums`` returns additive sums (see ``rank4jax.models.rank4.losses``) so metrics
 aggregate exactly over batches; ``objective`` is the training loss.
 
-Later families (the 1-D baseline, ZPX attention, …) register a sibling :class:`ModelFamily`.
+Families: ``rank4`` (the paper's model) and ``baseline`` (the 1-D causal transformer of SPEC §7,
+whose "window" loss is its free-running S(T)+EOS selection loss and whose "last slice" is the
+content tokens of S(T), the same tokens as the rank-4 LS(T)). Later families (ZPX attention, …)
+register a sibling :class:`ModelFamily`.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from rank4jax.errors import ConfigError
-from rank4jax.models import rank4
+from rank4jax.models import baseline, rank4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +67,50 @@ RANK4 = ModelFamily(
     count_params=rank4.count_params,
 )
 
-FAMILIES = {RANK4.name: RANK4}
+
+def _baseline_config(section: Mapping, vocab_size: int) -> baseline.BaselineConfig:
+    fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout")
+    return baseline.BaselineConfig(
+        vocab_size=vocab_size,
+        teacher_forcing=bool(section.get("teacher_forcing", False)),
+        **{f: section[f] for f in fields},
+    )
+
+
+def _baseline_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
+    out = baseline.decode(params, windows, cfg, train=train, rng=rng)
+    sums = baseline.target_sums(out["logits"], out["targets"])
+    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)  # S(T)+EOS
+    return sums
+
+
+def _baseline_predict_last(params, inputs, cfg):
+    """Greedy free-running Ŝ(T): tokens up to the first EOS, PAD after, as an (N,) state."""
+    windows = jnp.concatenate([inputs, jnp.zeros_like(inputs[:, :1])], axis=1)
+    out = baseline.decode(params, windows, cfg, teacher_forcing=False)
+    tokens = jnp.argmax(out["logits"], axis=-1)[:, : cfg.n_tokens].astype(jnp.int32)
+    ended = jnp.cumsum(tokens == baseline.model.EOS_ID, axis=1) > 0
+    return jnp.where(ended, 0, tokens)
+
+
+def _baseline_last_slice_ce(params, windows, cfg):
+    out = baseline.decode(params, windows, cfg)
+    ce = optax.softmax_cross_entropy_with_integer_labels(out["logits"], out["targets"])
+    content = ((out["targets"] != 0) & (out["targets"] != baseline.model.EOS_ID)).astype(ce.dtype)
+    return jnp.sum(ce * content, axis=1) / jnp.maximum(jnp.sum(content, axis=1), 1)
+
+
+BASELINE = ModelFamily(
+    name="baseline",
+    make_config=_baseline_config,
+    init=baseline.init_params,
+    loss_sums=_baseline_loss_sums,
+    predict_last=_baseline_predict_last,
+    last_slice_ce=_baseline_last_slice_ce,
+    count_params=baseline.count_params,
+)
+
+FAMILIES = {RANK4.name: RANK4, BASELINE.name: BASELINE}
 
 
 def get_family(name: str) -> ModelFamily:

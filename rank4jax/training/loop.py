@@ -195,6 +195,11 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         ckpt.manager.wait_until_finished()
         final_step = int(jax.device_get(state.step))
         best = ckpt.best_step()
+    summary_path = os.path.join(workdir, SUMMARY_FILE)
+    previous_s = 0.0
+    if start > 0 and os.path.isfile(summary_path):
+        with open(summary_path, encoding="utf-8") as f:
+            previous_s = float(json.load(f).get("wall_time_total_s", 0.0))
     summary = {
         "workdir": os.path.abspath(workdir),
         "model_family": family.name,
@@ -203,11 +208,12 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         "best_step": best,
         "interrupted": interrupted,
         "wall_time_s": time.time() - started,
+        "wall_time_total_s": previous_s + time.time() - started,  # across resumptions
         "final_validation": last_val,
         "data": data.summary(),
     }
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, SUMMARY_FILE), "w", encoding="utf-8") as f:
+        with open(summary_path, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
         plot_curves(workdir)
     if interrupted:

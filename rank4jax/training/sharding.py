@@ -27,6 +27,10 @@ _RULES = {
     ("attn", "wq"): PartitionSpec(MODEL_AXIS, None, None),  # (H, D, D)
     ("attn", "wk"): PartitionSpec(MODEL_AXIS, None, None),
     ("attn", "wv"): PartitionSpec(MODEL_AXIS, None, None),
+    ("attn", "q"): PartitionSpec(None, MODEL_AXIS),  # baseline (D, D): output columns = heads
+    ("attn", "k"): PartitionSpec(None, MODEL_AXIS),
+    ("attn", "v"): PartitionSpec(None, MODEL_AXIS),
+    ("attn", "o"): PartitionSpec(MODEL_AXIS, None),  # baseline (D, D): input rows = heads
     ("mlp", "w1"): PartitionSpec(None, MODEL_AXIS),  # (D, 4D)
     ("mlp", "b1"): PartitionSpec(MODEL_AXIS),  # (4D,)
     ("mlp", "w2"): PartitionSpec(MODEL_AXIS, None),  # (4D, D)

@@ -1,0 +1,38 @@
+"""Train the rank-4 model and the 1-D causal baseline on the same windows and compare them like
+the paper's Table 5 (LS(T), Δ, parameters, wall time) with curves like its Figures 2–4.
+
+    python compare.py --workdir=runs/compare   # Story Cloze stories, matched parameter counts
+    python compare.py --rank4_config=configs/storycloze.py --baseline_config=configs/baseline_storycloze.py \\
+        --rank4_config.num_steps=400 --baseline_config.num_steps=400 --workdir=runs/compare_short
+
+Rerunning resumes both runs. Writes compare.md, compare.json and plots/compare_curves.png.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
+from rank4jax.training.compare import compare
+
+with config_flag_errors():
+    _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/storycloze.py", "Rank-4 run config.")
+    _BASELINE = config_flags.DEFINE_config_file(
+        "baseline_config", "configs/baseline_storycloze.py", "Baseline run config."
+    )
+_WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Directory holding rank4/ and baseline/ runs.")
+_SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split for the reported LS(T).")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.ERROR)
+    result = run_reporting_user_errors(
+        lambda: compare(config_value(_RANK4), config_value(_BASELINE), _WORKDIR.value, _SPLIT.value)
+    )
+    print(result["table"])
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,49 @@
+"""Config of the 1-D causal baseline (SPEC §7), frozen and hashable."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rank4jax.errors import ConfigError
+from rank4jax.models.rank4.config import check_dropout, check_positive_int
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineConfig:
+    """Same window sizes as the rank-4 model; width D = dx·dt split into H heads of width D/H.
+
+    ``teacher_forcing``: feed the gold previous target token instead of the model's own argmax.
+    An extra for diagnostics; the paper's comparison is free-running (False)."""
+
+    vocab_size: int
+    n_tokens: int
+    n_slices: int
+    dx: int
+    dt: int
+    n_heads: int
+    n_layers: int
+    dropout: float = 0.1
+    teacher_forcing: bool = False
+
+    def __post_init__(self):
+        for f in ("vocab_size", "n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers"):
+            object.__setattr__(self, f, check_positive_int(f, getattr(self, f)))
+        if self.vocab_size < 4:
+            raise ConfigError(f"vocab_size must be at least 4 (PAD, UNK, BOS, EOS), got {self.vocab_size}")
+        object.__setattr__(self, "dropout", check_dropout("dropout", self.dropout))
+        if self.width % self.n_heads:
+            raise ConfigError(f"the width dx·dt = {self.width} is not divisible by n_heads = {self.n_heads}")
+
+    @property
+    def width(self) -> int:
+        return self.dx * self.dt
+
+    @property
+    def context_slots(self) -> int:
+        """Lc = 1 + T·N: BOS plus every token of the T context sentences."""
+        return 1 + self.n_slices * self.n_tokens
+
+    @property
+    def target_slots(self) -> int:
+        """N + 1: the tokens of S(T) and EOS."""
+        return self.n_tokens + 1

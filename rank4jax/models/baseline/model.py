@@ -1,0 +1,200 @@
+"""The 1-D causal transformer baseline of SPEC §7, trained free-running with a key/value cache.
+
+Axes: B batch, T context sentences, N tokens per sentence, S sequence slots, D = dx·dt width,
+H heads, E = D/H head width, V vocabulary, J = N+1 target slots (S(T) tokens then EOS).
+
+Sequence layout (static shapes): slots [0, Lc) hold the packed context — BOS then the non-PAD
+tokens of S(0..T-1) in temporal order, PAD after (Lc = 1 + T·N) — and slots [Lc, Lc+N) hold the
+tokens fed while decoding. No gold S(T) token ever enters the context. Target j is predicted at
+the last context token (j = 0) or at the slot of fed token j−1; a fed token's position id is
+context_length + j, so positions are contiguous whatever the padding.
+
+Free-running (the paper's protocol): fed token j is the model's own argmax for target j; every
+target is scored against the gold token. ``lax.scan`` runs one incremental step per target token
+over a per-layer K/V cache. Teacher forcing (feed the gold token) is a flag, never the reported
+comparison.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rank4jax.models.baseline.config import BaselineConfig
+from rank4jax.models.common import (
+    apply_mlp,
+    dropout,
+    init_layer_norm,
+    init_mlp,
+    layer_norm,
+    sinusoid_table,
+    uniform_fan_in,
+)
+from rank4jax.models.rank4.embedding import PAD_ID
+
+BOS_ID, EOS_ID = 2, 3
+
+
+def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
+    """E ~ N(0, 1/D) with the PAD row zero (inputs are scaled by sqrt(D), so tied logits Y·Eᵀ start
+    at unit scale) [choice]; WQ/WK/WV/WO (D, D) and the MLP ~ U(±1/sqrt(fan_in)); LN 1/0."""
+    d = cfg.width
+    k_embed, k_layers = jax.random.split(key)
+    embed = (jax.random.normal(k_embed, (cfg.vocab_size, d), dtype) / np.sqrt(d)).at[PAD_ID].set(0)
+    layers = []
+    for layer_key in jax.random.split(k_layers, cfg.n_layers):
+        kq, kk, kv, ko, km = jax.random.split(layer_key, 5)
+        layers.append(
+            {
+                "ln_attn": init_layer_norm((d,), dtype),
+                "attn": {n: uniform_fan_in(k, (d, d), d, dtype) for n, k in zip("qkvo", (kq, kk, kv, ko), strict=True)},
+                "ln_mlp": init_layer_norm((d,), dtype),
+                "mlp": init_mlp(km, d, dtype),
+            }
+        )
+    return {"embed": embed, "layers": layers, "final_ln": init_layer_norm((d,), dtype)}
+
+
+def _compact(tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Move the non-PAD tokens of each row to the front, order kept. (B, M) → (tokens, counts)."""
+    order = jnp.argsort(tokens == PAD_ID, axis=1, stable=True)
+    return jnp.take_along_axis(tokens, order, axis=1), jnp.sum(tokens != PAD_ID, axis=1)
+
+
+def pack(windows: jax.Array, cfg: BaselineConfig) -> dict:
+    """windows (B, T+1, N) → context (B, Lc), context_len (B,), targets (B, J) = S(T) tokens + EOS."""
+    batch = windows.shape[0]
+    chex.assert_shape(windows, (batch, cfg.n_slices + 1, cfg.n_tokens))
+    body, body_len = _compact(windows[:, :-1].reshape(batch, -1))
+    context = jnp.concatenate([jnp.full((batch, 1), BOS_ID, windows.dtype), body], axis=1)
+    target, target_len = _compact(windows[:, -1])
+    targets = jnp.concatenate([target, jnp.zeros((batch, 1), windows.dtype)], axis=1)
+    targets = jnp.where(jnp.arange(cfg.target_slots)[None] == target_len[:, None], EOS_ID, targets)
+    return {"context": context, "context_len": body_len + 1, "targets": targets}
+
+
+def _embed(params, tokens, positions, cfg):
+    table = jnp.asarray(sinusoid_table(cfg.context_slots + cfg.target_slots, cfg.width), params["embed"].dtype)
+    return jnp.take(params["embed"], tokens, axis=0) * np.sqrt(cfg.width) + table[positions]
+
+
+def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
+    """x (B, Q, D) at slots [start, start+Q) → (x, cache). cache: (K, V) each (B, H, S, E);
+    key_ok (B, Q, S) which cached slots each query may attend to."""
+    batch, q_len, d = x.shape
+    heads, e = cfg.n_heads, d // cfg.n_heads
+    r_attn, r_mlp = (None, None) if rng is None else jax.random.split(rng)
+    u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
+
+    def split_heads(w):
+        return jnp.einsum("bqd,de->bqe", u, w).reshape(batch, q_len, heads, e).transpose(0, 2, 1, 3)
+
+    q, k, v = (split_heads(layer["attn"][n]) for n in "qkv")
+    k_cache = jax.lax.dynamic_update_slice_in_dim(cache[0], k, start, axis=2)
+    v_cache = jax.lax.dynamic_update_slice_in_dim(cache[1], v, start, axis=2)
+    scores = jnp.einsum("bhqe,bhse->bhqs", q, k_cache) / np.sqrt(e)
+    scores = jnp.where(key_ok[:, None], scores, jnp.finfo(scores.dtype).min)
+    out = jnp.einsum("bhqs,bhse->bhqe", jax.nn.softmax(scores, axis=-1), v_cache)
+    out = jnp.einsum("bqd,de->bqe", out.transpose(0, 2, 1, 3).reshape(batch, q_len, d), layer["attn"]["o"])
+    x = x + dropout(out, cfg.dropout, r_attn, train)
+    u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
+    x = x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, r_mlp, train)
+    return x, (k_cache, v_cache)
+
+
+def _run(params, x, caches, start, key_ok, cfg, *, train, rng):
+    new_caches = []
+    for index, (layer, cache) in enumerate(zip(params["layers"], caches, strict=True)):
+        layer_rng = None if rng is None else jax.random.fold_in(rng, index)
+        x, cache = _layer(layer, x, cache, start, key_ok, cfg, train=train, rng=layer_rng)
+        new_caches.append(cache)
+    y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
+    return jnp.einsum("bqd,vd->bqv", y, params["embed"]), new_caches
+
+
+def _slot_valid(context_len, cfg):
+    """(B, S): context slots hold real tokens below context_len; decode slots are always real."""
+    slots = jnp.arange(cfg.context_slots + cfg.n_tokens)
+    return (slots[None] < context_len[:, None]) | (slots[None] >= cfg.context_slots)
+
+
+def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teacher_forcing=None) -> dict:
+    """Free-running (or teacher-forced) decoding of S(T)+EOS with a K/V cache.
+
+    Returns logits (B, J, V) for the J = N+1 targets, the tokens fed (B, N) and the packed batch."""
+    if train and cfg.dropout > 0.0 and rng is None:
+        raise ValueError("decode(train=True) with dropout > 0 needs rng")
+    forced = cfg.teacher_forcing if teacher_forcing is None else teacher_forcing
+    packed = pack(windows, cfg)
+    batch, lc, d = windows.shape[0], cfg.context_slots, cfg.width
+    n_slots = lc + cfg.n_tokens
+    valid = _slot_valid(packed["context_len"], cfg)
+    e = d // cfg.n_heads
+    dtype = params["embed"].dtype
+    caches = [(jnp.zeros((batch, cfg.n_heads, n_slots, e), dtype),) * 2 for _ in params["layers"]]
+
+    # prefill: the packed context in parallel, causal over slots
+    causal = jnp.arange(lc)[:, None] >= jnp.arange(n_slots)[None, :]  # (Lc, S)
+    key_ok = causal[None] & valid[:, None, :]
+    positions = jnp.broadcast_to(jnp.arange(lc), (batch, lc))
+    rng_prefill = None if rng is None else jax.random.fold_in(rng, 0)
+    x = _embed(params, packed["context"], positions, cfg)
+    logits, caches = _run(params, x, caches, 0, key_ok, cfg, train=train, rng=rng_prefill)
+    first = jnp.take_along_axis(logits, (packed["context_len"] - 1)[:, None, None], axis=1)[:, 0]  # (B, V)
+
+    def step(carry, j):
+        caches, prev_logits = carry
+        token = packed["targets"][:, j] if forced else jnp.argmax(prev_logits, axis=-1).astype(windows.dtype)
+        slot = lc + j
+        x = _embed(params, token[:, None], (packed["context_len"] + j)[:, None], cfg)
+        key_ok = (jnp.arange(n_slots)[None, None, :] <= slot) & valid[:, None, :]
+        step_rng = None if rng is None else jax.random.fold_in(rng, j + 1)
+        logits, caches = _run(params, x, caches, slot, key_ok, cfg, train=train, rng=step_rng)
+        return (caches, logits[:, 0]), (logits[:, 0], token)
+
+    _, (step_logits, fed) = jax.lax.scan(step, (caches, first), jnp.arange(cfg.n_tokens))
+    all_logits = jnp.concatenate([first[:, None], jnp.swapaxes(step_logits, 0, 1)], axis=1)
+    return {"logits": all_logits, "fed": jnp.swapaxes(fed, 0, 1), **packed}
+
+
+def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> jax.Array:
+    """The same logits by full recomputation (no cache): the whole sequence of context and fed tokens
+    in one causal pass. Used to check the cached decode; (B, J, V)."""
+    batch, lc = fed.shape[0], cfg.context_slots
+    n_slots = lc + cfg.n_tokens
+    tokens = jnp.concatenate([packed["context"], fed], axis=1)
+    positions = jnp.concatenate(
+        [jnp.broadcast_to(jnp.arange(lc), (batch, lc)), packed["context_len"][:, None] + jnp.arange(cfg.n_tokens)], 1
+    )
+    valid = _slot_valid(packed["context_len"], cfg)
+    key_ok = (jnp.arange(n_slots)[:, None] >= jnp.arange(n_slots)[None, :])[None] & valid[:, None, :]
+    e = cfg.width // cfg.n_heads
+    caches = [(jnp.zeros((batch, cfg.n_heads, n_slots, e), params["embed"].dtype),) * 2 for _ in params["layers"]]
+    logits, _ = _run(params, _embed(params, tokens, positions, cfg), caches, 0, key_ok, cfg, train=False, rng=None)
+    first = jnp.take_along_axis(logits, (packed["context_len"] - 1)[:, None, None], axis=1)
+    return jnp.concatenate([first, logits[:, lc:]], axis=1)
+
+
+def target_sums(logits: jax.Array, targets: jax.Array) -> dict:
+    """Sums over targets (B, J): the selection loss covers S(T) and EOS ("window_*"); LS(T) covers
+    the content tokens of S(T) only ("last_slice_*"), the same tokens as the rank-4 LS(T)."""
+    import optax
+
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    valid = (targets != PAD_ID).astype(ce.dtype)
+    content = ((targets != PAD_ID) & (targets != EOS_ID)).astype(ce.dtype)
+    correct = (jnp.argmax(logits, -1) == targets).astype(ce.dtype)
+    return {
+        "window_ce_sum": jnp.sum(ce * valid),
+        "window_tokens": jnp.sum(valid),
+        "last_slice_ce_sum": jnp.sum(ce * content),
+        "last_slice_tokens": jnp.sum(content),
+        "correct_tokens": jnp.sum(correct * valid),
+    }
+
+
+def count_params(cfg: BaselineConfig) -> int:
+    shapes = jax.eval_shape(lambda: init_params(jax.random.key(0), cfg))
+    return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))

@@ -1,0 +1,131 @@
+"""The paper's fair comparison (SPEC §7, §9): the rank-4 model against the 1-D causal baseline on
+the same windows, at matched parameter counts, reported like the paper's Table 5 and Figures 2–4.
+
+Both runs live under one workdir (``rank4/`` and ``baseline/``), resume like any run, and are then
+evaluated from their selected checkpoints (rank-4: lowest validation window loss; baseline: lowest
+free-running S(T)+EOS loss). LS(T) of both is the mean CE over the same content tokens of S(T).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import ml_collections
+
+from rank4jax.errors import ConfigError
+from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.loop import train
+from rank4jax.training.metrics import read_metrics
+from rank4jax.training.run_config import to_json_dict
+
+SAME_SECTIONS = ("data", "tokenizer", "seed")
+SAME_MODEL_FIELDS = ("n_tokens", "n_slices")
+
+
+def _check_same_windows(rank4: ml_collections.ConfigDict, base: ml_collections.ConfigDict) -> None:
+    a, b = to_json_dict(rank4), to_json_dict(base)
+    for section in SAME_SECTIONS:
+        if a[section] != b[section]:
+            raise ConfigError(f"the two configs must share '{section}' so both models see the same windows")
+    for field in SAME_MODEL_FIELDS:
+        if a["model"][field] != b["model"][field]:
+            raise ConfigError(
+                f"the two configs must share model.{field} (rank-4 {a['model'][field]}, baseline {b['model'][field]})"
+            )
+    if a["model_family"] != "rank4" or b["model_family"] != "baseline":
+        raise ConfigError("compare needs a model_family='rank4' config and a model_family='baseline' config")
+
+
+def compare(rank4_config, baseline_config, workdir: str, split: str = "test") -> dict:
+    _check_same_windows(rank4_config, baseline_config)
+    runs = {"rank4": rank4_config, "baseline": baseline_config}
+    summaries, reports, curves = {}, {}, {}
+    for name, config in runs.items():
+        run_dir = os.path.join(workdir, name)
+        summaries[name] = train(config, run_dir)
+        reports[name] = evaluate_run(run_dir, split=split, num_examples=3, rollout_steps=1)
+        curves[name] = read_metrics(run_dir)
+    best_val = {
+        name: min((r["last_slice_ce"] for r in curves[name].get("validation", [])), default=float("nan"))
+        for name in runs
+    }
+    r, b = reports["rank4"], reports["baseline"]
+    assert r["last_slice_tokens"] == b["last_slice_tokens"], "LS(T) must cover the same tokens"
+    t_r, t_b = summaries["rank4"]["wall_time_total_s"], summaries["baseline"]["wall_time_total_s"]
+    result = {
+        "split": split,
+        "ls_tokens": r["last_slice_tokens"],
+        "rank4_ls": r["last_slice_ce"],
+        "baseline_ls": b["last_slice_ce"],
+        "delta": b["last_slice_ce"] - r["last_slice_ce"],  # positive: the rank-4 model is lower
+        "rank4_params": summaries["rank4"]["parameters"],
+        "baseline_params": summaries["baseline"]["parameters"],
+        "rank4_wall_s": t_r,
+        "baseline_wall_s": t_b,
+        "wall_ratio": t_b / t_r,
+        "rank4_best_val_ls": best_val["rank4"],
+        "baseline_best_val_ls": best_val["baseline"],
+        "rank4_best_step": summaries["rank4"]["best_step"],
+        "baseline_best_step": summaries["baseline"]["best_step"],
+        "rank4_cloze_accuracy": r.get("cloze_accuracy"),
+        "baseline_cloze_accuracy": b.get("cloze_accuracy"),
+    }
+    result["table"] = table_markdown(result, rank4_config)
+    with open(os.path.join(workdir, "compare.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(workdir, "compare.md"), "w", encoding="utf-8") as f:
+        f.write(result["table"] + "\n")
+    plot_comparison(curves, os.path.join(workdir, "plots", "compare_curves.png"))
+    return result
+
+
+def table_markdown(res: dict, rank4_config) -> str:
+    m = rank4_config.model
+    setting = f"H={m.n_heads}, L={m.n_layers}, dx={m.dx}, dt={m.dt}"
+    return "\n".join(
+        [
+            "| setting | rank-4 LS(T) | baseline LS(T) | Δ | params rank-4 / baseline "
+            "| wall rank-4 / baseline | ratio |",
+            "|---|---|---|---|---|---|---|",
+            f"| {setting} | {res['rank4_ls']:.3f} | {res['baseline_ls']:.3f} | {res['delta']:+.3f} | "
+            f"{res['rank4_params'] / 1e6:.3f}M / {res['baseline_params'] / 1e6:.3f}M | "
+            f"{res['rank4_wall_s']:.0f} s / {res['baseline_wall_s']:.0f} s | {res['wall_ratio']:.2f}× |",
+            "",
+            f"LS(T) on the {res['split']} split over {res['ls_tokens']} content tokens of S(T), from each model's "
+            f"selected checkpoint (rank-4 step {res['rank4_best_step']}, baseline step {res['baseline_best_step']}); "
+            f"lowest logged validation LS(T): rank-4 {res['rank4_best_val_ls']:.3f}, "
+            f"baseline {res['baseline_best_val_ls']:.3f}. Δ > 0 means the rank-4 model is lower.",
+        ]
+    )
+
+
+def plot_comparison(curves: dict, out_path: str) -> None:
+    """Training and validation curves of both models (the paper's Figures 2–4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    labels = {"rank4": "rank-4: shifted-window loss", "baseline": "baseline: free-running S(T)+EOS"}
+    for name, metrics in curves.items():
+        train_pts = [(r["step"], r["loss"]) for r in metrics.get("train", [])]
+        val_pts = [(r["step"], r["window_ce"]) for r in metrics.get("validation", [])]
+        ls_pts = [(r["step"], r["last_slice_ce"]) for r in metrics.get("validation", [])]
+        for ax, pts in ((axes[0], train_pts), (axes[1], val_pts), (axes[2], ls_pts)):
+            if pts:
+                ax.plot(*zip(*pts, strict=True), label=labels[name] if ax is not axes[2] else name)
+        if val_pts:
+            best = min(val_pts, key=lambda p: p[1])
+            axes[1].plot([best[0]], [best[1]], "o", mfc="none", ms=10, color="k")
+    for ax, title in zip(axes, ("training loss", "validation selection loss", "validation LS(T)"), strict=True):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy (nats)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
