@@ -148,3 +148,19 @@ def test_bad_config_values(tmp_path, overrides, match):
 def test_missing_data_path(tmp_path):
     with pytest.raises(DataError, match="not found: .*missing.csv"):
         train(tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "missing.csv")}), str(tmp_path))
+
+
+def test_plot_command(tmp_path):
+    import subprocess
+    import sys
+
+    train(tiny_config(num_steps=2), str(tmp_path))
+    (tmp_path / "plots" / "curves.png").unlink()
+    out = subprocess.run(
+        [sys.executable, "-m", "rank4jax.training.metrics", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and (tmp_path / "plots" / "curves.png").is_file()
+    out = subprocess.run(
+        [sys.executable, "-m", "rank4jax.training.metrics", str(tmp_path / "none")], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "error: no metrics" in out.stderr

@@ -84,3 +84,22 @@ def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+def main(argv=None) -> None:
+    """``python -m rank4jax.training.metrics WORKDIR``: redraw WORKDIR/plots/curves.png."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m rank4jax.training.metrics WORKDIR", file=sys.stderr)
+        sys.exit(2)
+    path = plot_curves(args[0])
+    if path is None:
+        print(f"error: no metrics in {os.path.join(args[0], METRICS_FILE)}", file=sys.stderr)
+        sys.exit(2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
