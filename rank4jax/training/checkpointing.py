@@ -7,6 +7,7 @@ could delete the newest checkpoint and break resume.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import grain
@@ -132,26 +133,45 @@ def with_shardings(abstract, shardings):
     return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
 
 
+@dataclasses.dataclass
+class SavedRun:
+    """What a checkpoint says about its run: config, tokenizer, model family and config, and the
+    abstract train state (ShapeDtypeStructs) to restore into."""
+
+    step: int
+    config: object  # ml_collections.ConfigDict
+    tokenizer: object
+    family: object
+    model_cfg: object
+    abstract_state: object
+
+
+def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
+    from rank4jax.models.family import get_family  # local: keeps this module light to import
+    from rank4jax.training.run_config import from_json_dict
+    from rank4jax.training.state import create_train_state, make_optimizer
+
+    step = ckpt.resolve_step(step)
+    saved, tokenizer = ckpt.load_meta(step)
+    config = from_json_dict(saved)
+    family = get_family(config.model_family)
+    model_cfg = family.make_config(config.model, tokenizer.vocab_size)
+    optimizer = make_optimizer(config.optim)
+    abstract = jax.eval_shape(
+        lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
+    )
+    return SavedRun(step, config, tokenizer, family, model_cfg, abstract)
+
+
 def restore_params_numpy(workdir: str, step: str | int = "best"):
     """Restore a checkpoint's parameters onto the CPU as plain numpy, for notebooks.
 
     Returns (params as a tree of numpy arrays, run config as ConfigDict, tokenizer, step).
     """
-    from rank4jax.models.family import get_family  # local: keeps this module light to import
-    from rank4jax.training.run_config import from_json_dict
-    from rank4jax.training.state import create_train_state, make_optimizer
-
     with RunCheckpoints(workdir, read_only=True) as ckpt:
-        step = ckpt.resolve_step(step)
-        saved, tokenizer = ckpt.load_meta(step)
-        config = from_json_dict(saved)
-        family = get_family(config.model_family)
-        model_cfg = family.make_config(config.model, tokenizer.vocab_size)
-        optimizer = make_optimizer(config.optim)
-        abstract = jax.eval_shape(
-            lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
-        )
+        run = describe_run(ckpt, step)
         cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-        state = ckpt.restore_state(step, with_shardings(abstract, jax.tree_util.tree_map(lambda _: cpu, abstract)))
+        shardings = jax.tree_util.tree_map(lambda _: cpu, run.abstract_state)
+        state = ckpt.restore_state(run.step, with_shardings(run.abstract_state, shardings))
     params = jax.tree_util.tree_map(np.asarray, state.params)
-    return params, config, tokenizer, step
+    return params, run.config, run.tokenizer, run.step

@@ -16,13 +16,10 @@ import numpy as np
 
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
-from rank4jax.models.family import get_family
 from rank4jax.training import sharding
-from rank4jax.training.checkpointing import RunCheckpoints, with_shardings
+from rank4jax.training.checkpointing import RunCheckpoints, describe_run, with_shardings
 from rank4jax.training.data_setup import prepare_data
 from rank4jax.training.evaluation import cloze_accuracy, evaluate_windows, make_scorers, rollout
-from rank4jax.training.run_config import from_json_dict
-from rank4jax.training.state import create_train_state, make_optimizer
 from rank4jax.training.steps import jit_eval_step
 
 _SENTENCE_FINAL = re.compile(r"[.!?]")
@@ -47,22 +44,15 @@ def evaluate_run(
     if split not in SPLITS:
         raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
     with RunCheckpoints(workdir, read_only=True) as ckpt:
-        step = ckpt.resolve_step(step)
-        saved, tokenizer = ckpt.load_meta(step)
-        config = from_json_dict(saved)
-        family = get_family(config.model_family)
-        model_cfg = family.make_config(config.model, tokenizer.vocab_size)
+        run = describe_run(ckpt, step)
+        step, config, tokenizer, family, model_cfg = run.step, run.config, run.tokenizer, run.family, run.model_cfg
         data = prepare_data(config, tokenizer, path=data_path)
         # data parallel over as many devices as divide the eval batch (independent of the training mesh)
         n_data = max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
         mesh = sharding.make_mesh(n_data, 1)
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-        optimizer = make_optimizer(config.optim)
-        abstract = jax.eval_shape(
-            lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
-        )
-        state_sharding = sharding.state_shardings(mesh, abstract)
-        state = ckpt.restore_state(step, with_shardings(abstract, state_sharding))
+        state_sharding = sharding.state_shardings(mesh, run.abstract_state)
+        state = ckpt.restore_state(step, with_shardings(run.abstract_state, state_sharding))
     params = state.params
     windows = data.windows[split].windows
     stories = data.stories[split]

@@ -12,7 +12,7 @@ import ml_collections
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import get_family
-from rank4jax.models.rank4.config import check_dropout, check_positive_int
+from rank4jax.models.sizes import check_dropout, check_positive_int
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
 IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data")

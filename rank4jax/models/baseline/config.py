@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rank4jax.errors import ConfigError
-from rank4jax.models.rank4.config import check_dropout, check_positive_int
+from rank4jax.models.sizes import validate_window_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +26,7 @@ class BaselineConfig:
     teacher_forcing: bool = False
 
     def __post_init__(self):
-        for f in ("vocab_size", "n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers"):
-            object.__setattr__(self, f, check_positive_int(f, getattr(self, f)))
-        if self.vocab_size < 4:
-            raise ConfigError(f"vocab_size must be at least 4 (PAD, UNK, BOS, EOS), got {self.vocab_size}")
-        object.__setattr__(self, "dropout", check_dropout("dropout", self.dropout))
+        validate_window_model(self)
         if self.width % self.n_heads:
             raise ConfigError(f"the width dx·dt = {self.width} is not divisible by n_heads = {self.n_heads}")
 

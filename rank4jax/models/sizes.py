@@ -1,0 +1,31 @@
+"""Validation shared by every model family's frozen config (sizes of the window and the model)."""
+
+from __future__ import annotations
+
+import numbers
+
+from rank4jax.errors import ConfigError
+
+SIZE_FIELDS = ("vocab_size", "n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers")
+
+
+def check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_dropout(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < 1.0:
+        raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def validate_window_model(cfg) -> None:
+    """Normalise and check a frozen config's sizes and dropout in place (positive integers, a
+    vocabulary that holds the four special tokens, dropout in [0, 1))."""
+    for field in SIZE_FIELDS:
+        object.__setattr__(cfg, field, check_positive_int(field, getattr(cfg, field)))
+    if cfg.vocab_size < 4:
+        raise ConfigError(f"vocab_size must be at least 4 (PAD, UNK, BOS, EOS), got {cfg.vocab_size}")
+    object.__setattr__(cfg, "dropout", check_dropout("dropout", cfg.dropout))
