@@ -118,3 +118,17 @@ def test_compare_refuses_configs_with_different_windows(tmp_path):
     base = tiny_config(**{"model_family": "baseline", "model.n_tokens": 6})
     with pytest.raises(ConfigError, match="model.n_tokens"):
         compare(tiny_config(), base, str(tmp_path))
+
+
+def test_all_pad_padding_rows_carry_no_targets():
+    """Evaluation pads its last batch with all-PAD windows: they must add nothing to any sum."""
+    cfg = small_cfg()
+    params = bl.init_params(jax.random.key(0), cfg)
+    w = windows_with_padding()
+    padded = jnp.concatenate([w, jnp.zeros_like(w[:2])])
+    a = bl.target_sums(bl.decode(params, w, cfg)["logits"], bl.pack(w, cfg)["targets"])
+    out = bl.decode(params, padded, cfg)
+    b = bl.target_sums(out["logits"], out["targets"])
+    assert out["targets"][3:].tolist() == [[0] * 6] * 2
+    for key in a:
+        np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-6)

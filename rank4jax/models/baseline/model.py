@@ -71,7 +71,9 @@ def pack(windows: jax.Array, cfg: BaselineConfig) -> dict:
     context = jnp.concatenate([jnp.full((batch, 1), BOS_ID, windows.dtype), body], axis=1)
     target, target_len = _compact(windows[:, -1])
     targets = jnp.concatenate([target, jnp.zeros((batch, 1), windows.dtype)], axis=1)
-    targets = jnp.where(jnp.arange(cfg.target_slots)[None] == target_len[:, None], EOS_ID, targets)
+    # EOS follows S(T); a window whose S(T) is empty (an all-PAD padding row) has no target at all
+    eos_here = (jnp.arange(cfg.target_slots)[None] == target_len[:, None]) & (target_len[:, None] > 0)
+    targets = jnp.where(eos_here, EOS_ID, targets)
     return {"context": context, "context_len": body_len + 1, "targets": targets}
 
 
