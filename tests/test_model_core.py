@@ -185,3 +185,14 @@ def test_attention_maps_rows_sum_to_one_and_pad_keys_are_zero():
         a = np.asarray(a)
         np.testing.assert_allclose(a.sum(axis=(-2, -1)), 1.0, rtol=1e-6)
         assert np.all(a[..., 1, 0] == 0.0)  # key (x'=1, t'=0) is PAD
+
+
+def test_dropout_keeps_expected_fraction_and_mean():
+    from rank4jax.models.common import dropout
+
+    x = jnp.ones((200_000,))
+    y = np.asarray(dropout(x, 0.1, jax.random.key(0), train=True))
+    kept = y != 0
+    assert abs(kept.mean() - 0.9) < 0.003
+    assert abs(y.mean() - 1.0) < 0.005  # inverted scaling preserves the expectation
+    np.testing.assert_array_equal(np.asarray(dropout(x, 0.1, None, train=False)), np.asarray(x))
