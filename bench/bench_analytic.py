@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 
 import rank4jax
-from bench.common import compiled_train_step, interleaved_medians, peak_bytes, run_steps, synthetic_windows
+from bench.common import compiled_train_step, interleaved_medians, peak_bytes, run_steps, step_timer, synthetic_windows
 
 SIZES = {
     "small": dict(vocab_size=4000, n_tokens=16, n_slices=4, dx=16, dt=8, n_heads=2, n_layers=2, batch=32),
@@ -24,26 +24,6 @@ SIZES = {
     # N·T = 256 positions: the (B, H, P, K) attention tensors dominate memory here
     "long": dict(vocab_size=1000, n_tokens=64, n_slices=4, dx=8, dt=4, n_heads=4, n_layers=2, batch=16),
 }
-
-
-def _runner(run: dict, windows, steps: int):
-    """A callable timing ``steps`` steps of one compiled mode (seconds per step), keeping its state."""
-
-    def time_steps():
-        seconds, run["state"] = run_steps(run["compiled"], run["state"], windows, steps)
-        return seconds / steps
-
-    return time_steps
-
-
-def _runner(run: dict, windows, steps: int):
-    """A callable timing ``steps`` steps of one compiled mode (seconds per step), keeping its state."""
-
-    def time_steps():
-        seconds, run["state"] = run_steps(run["compiled"], run["state"], windows, steps)
-        return seconds / steps
-
-    return time_steps
 
 
 def main():
@@ -62,9 +42,10 @@ def main():
             cfg = dataclasses.replace(base, attention=mode)
             compiled, state, compile_s, memory = compiled_train_step(cfg, windows)
             _, state = run_steps(compiled, state, windows, 2)  # warm-up
-            runs[mode] = {"compiled": compiled, "state": state, "compile_s": compile_s, "peak": peak_bytes(memory)}
+            runs[mode] = {"step": compiled, "state": state, "batch": windows, "compile_s": compile_s}
+            runs[mode]["peak"] = peak_bytes(memory)
 
-        medians = interleaved_medians({m: _runner(runs[m], windows, args.steps) for m in runs}, args.repeats)
+        medians = interleaved_medians({m: step_timer(runs[m], args.steps) for m in runs}, args.repeats)
         for mode, r in runs.items():
             t_ratio = medians[mode] / medians["autodiff"]
             m_ratio = r["peak"] / runs["autodiff"]["peak"]

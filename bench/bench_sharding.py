@@ -20,7 +20,7 @@ import jax  # noqa: E402
 import optax  # noqa: E402
 
 import rank4jax  # noqa: E402
-from bench.common import interleaved_medians, run_steps, synthetic_windows  # noqa: E402
+from bench.common import interleaved_medians, run_steps, step_timer, synthetic_windows  # noqa: E402
 from rank4jax.models.family import RANK4  # noqa: E402
 from rank4jax.training import sharding  # noqa: E402
 from rank4jax.training.state import create_train_state  # noqa: E402
@@ -52,14 +52,7 @@ def main():
         _, state = run_steps(step, state, placed, 2)  # compile + warm-up
         runs[name] = {"step": step, "state": state, "batch": placed}
 
-    def runner(run):
-        def time_steps():
-            seconds, run["state"] = run_steps(run["step"], run["state"], run["batch"], args.steps)
-            return seconds / args.steps
-
-        return time_steps
-
-    medians = interleaved_medians({name: runner(run) for name, run in runs.items()}, args.repeats)
+    medians = interleaved_medians({name: step_timer(run, args.steps) for name, run in runs.items()}, args.repeats)
     print(f"devices: {jax.device_count()} ({jax.devices()[0].platform}); batch {batch}")
     print(f"{'mesh':<10}{'windows/s':>12}{'ratio vs 1 device':>20}")
     for name, seconds in medians.items():

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 import rank4jax
-from bench.common import compiled_train_step, peak_bytes, run_steps, synthetic_windows
+from bench.common import compiled_train_step, peak_bytes, run_steps, step_timer, synthetic_windows
 from rank4jax.models.family import RANK4
 
 SIZES = {
@@ -53,11 +53,6 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
         f(a).block_until_ready()
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best / 1e9
-
-
-def jax_train_seconds(compiled, holder, windows, steps):
-    seconds, holder[0] = run_steps(compiled, holder[0], windows, steps)
-    return seconds / steps
 
 
 def eval_seconds(compiled, params, windows, steps: int) -> float:
@@ -91,8 +86,8 @@ def main():
         windows = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size)
         fwd = forward_flops_per_window(cfg)
         compiled, state, compile_s, memory = compiled_train_step(cfg, windows)
-        holder = [run_steps(compiled, state, windows, 2)[1]]
-        params = holder[0].params
+        train_run = {"step": compiled, "state": run_steps(compiled, state, windows, 2)[1], "batch": windows}
+        params = jax.tree_util.tree_map(jnp.copy, train_run["state"].params)  # the train step donates its state
         eval_fn = jax.jit(functools.partial(RANK4.loss_sums, cfg=cfg))
         t0 = time.perf_counter()
         eval_compiled = eval_fn.lower(params, windows).compile()
@@ -102,7 +97,7 @@ def main():
         jax_times, torch_rates = [], []
         eval_times = [eval_seconds(eval_compiled, params, windows, args.steps) for _ in range(3)]
         for _ in range(args.pairs):
-            jax_times.append(jax_train_seconds(compiled, holder, windows, args.steps))
+            jax_times.append(step_timer(train_run, args.steps)())
             if args.torch:
                 torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps))
         train_s, eval_s = statistics.median(jax_times), statistics.median(eval_times)

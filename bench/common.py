@@ -53,6 +53,17 @@ def run_steps(compiled, state, windows, steps: int):
     return time.perf_counter() - t0, state
 
 
+def step_timer(run: dict, steps: int):
+    """A callable timing ``steps`` steps of ``run["step"]`` on ``run["batch"]`` (seconds per step); it
+    keeps the donated state in ``run["state"]``."""
+
+    def time_steps() -> float:
+        seconds, run["state"] = run_steps(run["step"], run["state"], run["batch"], steps)
+        return seconds / steps
+
+    return time_steps
+
+
 def interleaved_medians(runners: dict, repeats: int) -> dict:
     """Call each runner (returning seconds) in turn, ``repeats`` rounds; median seconds per name."""
     times = {name: [] for name in runners}

@@ -12,6 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 
 LN_EPSILON = 1e-5  # SPEC §3 [choice]
+PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # SPEC §1 special token ids (UNK = 1 never needs special handling)
+
+
+def count_params(init_fn, cfg) -> int:
+    """Parameter count of ``init_fn(key, cfg)`` from ``jax.eval_shape`` (nothing is allocated)."""
+    shapes = jax.eval_shape(lambda: init_fn(jax.random.key(0), cfg))
+    return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
 
 
 def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:

@@ -19,10 +19,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from rank4jax.errors import ConfigError
 from rank4jax.models import baseline, rank4
+from rank4jax.models.common import EOS_ID, PAD_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,15 +89,13 @@ def _baseline_predict_last(params, inputs, cfg):
     windows = jnp.concatenate([inputs, jnp.zeros_like(inputs[:, :1])], axis=1)
     out = baseline.decode(params, windows, cfg, teacher_forcing=False)
     tokens = jnp.argmax(out["logits"], axis=-1)[:, : cfg.n_tokens].astype(jnp.int32)
-    ended = jnp.cumsum(tokens == baseline.model.EOS_ID, axis=1) > 0
-    return jnp.where(ended, 0, tokens)
+    ended = jnp.cumsum(tokens == EOS_ID, axis=1) > 0
+    return jnp.where(ended, PAD_ID, tokens)
 
 
 def _baseline_last_slice_ce(params, windows, cfg):
     out = baseline.decode(params, windows, cfg)
-    ce = optax.softmax_cross_entropy_with_integer_labels(out["logits"], out["targets"])
-    content = ((out["targets"] != 0) & (out["targets"] != baseline.model.EOS_ID)).astype(ce.dtype)
-    return jnp.sum(ce * content, axis=1) / jnp.maximum(jnp.sum(content, axis=1), 1)
+    return baseline.content_mean_ce(out["logits"], out["targets"])
 
 
 BASELINE = ModelFamily(

@@ -13,6 +13,7 @@ import ml_collections
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import get_family
 from rank4jax.models.sizes import check_dropout, check_positive_int
+from rank4jax.training.sharding import mesh_shape
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
 IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data")
@@ -56,8 +57,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     split = tuple(data.split)
     if len(split) != 3 or any(not isinstance(f, numbers.Real) or f < 0 for f in split) or abs(sum(split) - 1) > 1e-9:
         raise ConfigError(f"data.split must be three non-negative fractions summing to 1, got {split}")
-    from rank4jax.training.sharding import mesh_shape
-
     mesh_shape(config.mesh.data, config.mesh.model)
     tok = config.tokenizer
     if tok.kind not in ("word", "sentencepiece"):
@@ -69,8 +68,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def tokenizer_options(config: ml_collections.ConfigDict) -> dict:
-    from rank4jax.training.sharding import mesh_shape
-
     mesh_shape(config.mesh.data, config.mesh.model)
     tok = config.tokenizer
     if tok.kind == "word":

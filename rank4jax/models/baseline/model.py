@@ -21,9 +21,14 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
+from rank4jax.models import common
 from rank4jax.models.baseline.config import BaselineConfig
 from rank4jax.models.common import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
     apply_mlp,
     dropout,
     init_layer_norm,
@@ -32,9 +37,6 @@ from rank4jax.models.common import (
     sinusoid_table,
     uniform_fan_in,
 )
-from rank4jax.models.rank4.embedding import PAD_ID
-
-BOS_ID, EOS_ID = 2, 3
 
 
 def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
@@ -122,6 +124,17 @@ def _slot_valid(context_len, cfg):
     return (slots[None] < context_len[:, None]) | (slots[None] >= cfg.context_slots)
 
 
+def _empty_caches(params, batch: int, cfg: BaselineConfig) -> list:
+    """Per layer (K, V) zeros, each (B, H, S, E) with S = Lc + N slots."""
+    shape = (batch, cfg.n_heads, cfg.context_slots + cfg.n_tokens, cfg.width // cfg.n_heads)
+    return [(jnp.zeros(shape, params["embed"].dtype),) * 2 for _ in params["layers"]]
+
+
+def _at_last_context_token(logits, context_len):
+    """logits (B, Q, V) over the context slots → (B, V) at the last real context token (target 0)."""
+    return jnp.take_along_axis(logits, (context_len - 1)[:, None, None], axis=1)[:, 0]
+
+
 def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teacher_forcing=None) -> dict:
     """Free-running (or teacher-forced) decoding of S(T)+EOS with a K/V cache.
 
@@ -130,12 +143,10 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
         raise ValueError("decode(train=True) with dropout > 0 needs rng")
     forced = cfg.teacher_forcing if teacher_forcing is None else teacher_forcing
     packed = pack(windows, cfg)
-    batch, lc, d = windows.shape[0], cfg.context_slots, cfg.width
+    batch, lc = windows.shape[0], cfg.context_slots
     n_slots = lc + cfg.n_tokens
     valid = _slot_valid(packed["context_len"], cfg)
-    e = d // cfg.n_heads
-    dtype = params["embed"].dtype
-    caches = [(jnp.zeros((batch, cfg.n_heads, n_slots, e), dtype),) * 2 for _ in params["layers"]]
+    caches = _empty_caches(params, batch, cfg)
 
     # prefill: the packed context in parallel, causal over slots
     causal = jnp.arange(lc)[:, None] >= jnp.arange(n_slots)[None, :]  # (Lc, S)
@@ -144,7 +155,7 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
     rng_prefill = None if rng is None else jax.random.fold_in(rng, 0)
     x = _embed(params, packed["context"], positions, cfg)
     logits, caches = _run(params, x, caches, 0, key_ok, cfg, train=train, rng=rng_prefill)
-    first = jnp.take_along_axis(logits, (packed["context_len"] - 1)[:, None, None], axis=1)[:, 0]  # (B, V)
+    first = _at_last_context_token(logits, packed["context_len"])  # (B, V)
 
     def step(carry, j):
         caches, prev_logits = carry
@@ -172,21 +183,24 @@ def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> ja
     )
     valid = _slot_valid(packed["context_len"], cfg)
     key_ok = (jnp.arange(n_slots)[:, None] >= jnp.arange(n_slots)[None, :])[None] & valid[:, None, :]
-    e = cfg.width // cfg.n_heads
-    caches = [(jnp.zeros((batch, cfg.n_heads, n_slots, e), params["embed"].dtype),) * 2 for _ in params["layers"]]
-    logits, _ = _run(params, _embed(params, tokens, positions, cfg), caches, 0, key_ok, cfg, train=False, rng=None)
-    first = jnp.take_along_axis(logits, (packed["context_len"] - 1)[:, None, None], axis=1)
-    return jnp.concatenate([first, logits[:, lc:]], axis=1)
+    x = _embed(params, tokens, positions, cfg)
+    logits, _ = _run(params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=False, rng=None)
+    first = _at_last_context_token(logits, packed["context_len"])
+    return jnp.concatenate([first[:, None], logits[:, lc:]], axis=1)
+
+
+def _target_terms(logits: jax.Array, targets: jax.Array):
+    """Per-target CE (B, J), the selection mask (S(T) and EOS) and the content mask (S(T) only)."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    valid = (targets != PAD_ID).astype(ce.dtype)
+    content = ((targets != PAD_ID) & (targets != EOS_ID)).astype(ce.dtype)
+    return ce, valid, content
 
 
 def target_sums(logits: jax.Array, targets: jax.Array) -> dict:
     """Sums over targets (B, J): the selection loss covers S(T) and EOS ("window_*"); LS(T) covers
     the content tokens of S(T) only ("last_slice_*"), the same tokens as the rank-4 LS(T)."""
-    import optax
-
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    valid = (targets != PAD_ID).astype(ce.dtype)
-    content = ((targets != PAD_ID) & (targets != EOS_ID)).astype(ce.dtype)
+    ce, valid, content = _target_terms(logits, targets)
     correct = (jnp.argmax(logits, -1) == targets).astype(ce.dtype)
     return {
         "window_ce_sum": jnp.sum(ce * valid),
@@ -197,6 +211,12 @@ def target_sums(logits: jax.Array, targets: jax.Array) -> dict:
     }
 
 
+def content_mean_ce(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """(B,) mean CE over each window's content tokens of S(T) (Story Cloze scoring)."""
+    ce, _, content = _target_terms(logits, targets)
+    return jnp.sum(ce * content, axis=1) / jnp.maximum(jnp.sum(content, axis=1), 1)
+
+
 def count_params(cfg: BaselineConfig) -> int:
-    shapes = jax.eval_shape(lambda: init_params(jax.random.key(0), cfg))
-    return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
+    """Parameter count from ``jax.eval_shape`` (nothing is allocated)."""
+    return common.count_params(init_params, cfg)

@@ -28,16 +28,14 @@ import jax
 import jax.numpy as jnp
 
 from rank4jax.models.common import normalize
-from rank4jax.models.rank4.attention import attention_weights
+from rank4jax.models.rank4.attention import attention_weights, project_qkv
 
 
 def _forward(x, ln, attn, key_mask):
     x_hat, rstd = normalize(x)
     gamma = ln["scale"].reshape(-1)
     u = x_hat * gamma + ln["bias"].reshape(-1)
-    q = jnp.einsum("bpd,hde->bhpe", u, attn["wq"])
-    k = jnp.einsum("bpd,hde->bhpe", u, attn["wk"])
-    v = jnp.einsum("bpd,hde->bhpe", u, attn["wv"])
+    q, k, v = project_qkv(attn, u)
     a = attention_weights(q, k, key_mask)
     out = jnp.einsum("bhpk,bhke->bpe", a, v)
     return out, (x_hat, rstd, u, q, k, v, a)

@@ -26,6 +26,11 @@ def init_attention(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     return {name: uniform_fan_in(k, shape, d, dtype) for name, k in zip(("wq", "wk", "wv"), keys, strict=True)}
 
 
+def project_qkv(params: dict, u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """u (B, P, D) → Q, K, V each (B, H, P, D): every head maps the full fiber."""
+    return tuple(jnp.einsum("bpd,hde->bhpe", u, params[name]) for name in ("wq", "wk", "wv"))
+
+
 def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array) -> jax.Array:
     """Joint-softmax weights. q, k (B, H, P, D); key_mask (B, K) bool → A (B, H, P, K)."""
     scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
@@ -39,9 +44,7 @@ def apply_attention(params: dict, u: jax.Array, key_mask: jax.Array, cfg: Rank4C
     batch, positions = u.shape[0], cfg.n_tokens * cfg.n_slices
     chex.assert_shape(u, (batch, positions, cfg.width))
     chex.assert_shape(key_mask, (batch, positions))
-    q = jnp.einsum("bpd,hde->bhpe", u, params["wq"])
-    k = jnp.einsum("bpd,hde->bhpe", u, params["wk"])
-    v = jnp.einsum("bpd,hde->bhpe", u, params["wv"])
+    q, k, v = project_qkv(params, u)
     a = attention_weights(q, k, key_mask)
     out = jnp.einsum("bhpk,bhke->bpe", a, v)  # heads summed
     chex.assert_shape(out, (batch, positions, cfg.width))

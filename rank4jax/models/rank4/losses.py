@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.rank4.embedding import PAD_ID
+from rank4jax.models.common import PAD_ID
 
 
 def token_cross_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

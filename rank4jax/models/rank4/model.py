@@ -18,11 +18,12 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import apply_mlp, dropout, init_layer_norm, init_mlp, layer_norm
+from rank4jax.models import common
+from rank4jax.models.common import PAD_ID, apply_mlp, dropout, init_layer_norm, init_mlp, layer_norm
 from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import apply_attention, attention_weights, init_attention
+from rank4jax.models.rank4.attention import apply_attention, attention_weights, init_attention, project_qkv
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.embedding import PAD_ID, apply_embedding, init_embedding
+from rank4jax.models.rank4.embedding import apply_embedding, init_embedding
 from rank4jax.models.rank4.readout import apply_readout, init_readout
 
 
@@ -69,6 +70,14 @@ def apply_layer(
     return x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train)
 
 
+def _input_stream(params: dict, inputs: jax.Array, cfg: Rank4Config) -> tuple[jax.Array, jax.Array]:
+    """inputs (B, T, N) → the embedded stream X (B, P, D) and the key mask (B, P), computed once per
+    forward and shared by all layers."""
+    tok = jnp.swapaxes(inputs, 1, 2)  # (B, N, T)
+    x = apply_embedding(params["embed"], tok, cfg).reshape(inputs.shape[0], -1, cfg.width)
+    return x, key_padding_mask(inputs)
+
+
 def hidden_states(
     params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
 ) -> jax.Array:
@@ -77,9 +86,7 @@ def hidden_states(
     chex.assert_shape(inputs, (batch, cfg.n_slices, cfg.n_tokens))
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
-    tok = jnp.swapaxes(inputs, 1, 2)  # (B, N, T)
-    x = apply_embedding(params["embed"], tok, cfg).reshape(batch, -1, cfg.width)
-    key_mask = key_padding_mask(inputs)  # once per forward, shared by all layers
+    x, key_mask = _input_stream(params, inputs, cfg)
     for index, layer in enumerate(params["layers"]):
         layer_rng = None if rng is None else jax.random.fold_in(rng, index)
         x = apply_layer(layer, x, key_mask, cfg, train=train, rng=layer_rng)
@@ -89,17 +96,13 @@ def hidden_states(
 def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
     """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x', t']."""
     batch = inputs.shape[0]
-    tok = jnp.swapaxes(inputs, 1, 2)
-    x = apply_embedding(params["embed"], tok, cfg).reshape(batch, -1, cfg.width)
-    key_mask = key_padding_mask(inputs)
+    x, key_mask = _input_stream(params, inputs, cfg)
+    grid = (cfg.n_tokens, cfg.n_slices)
     maps = []
     for layer in params["layers"]:
         u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        q = jnp.einsum("bpd,hde->bhpe", u, layer["attn"]["wq"])
-        k = jnp.einsum("bpd,hde->bhpe", u, layer["attn"]["wk"])
-        a = attention_weights(q, k, key_mask)
-        grid = (cfg.n_tokens, cfg.n_slices)
-        maps.append(a.reshape((batch, cfg.n_heads) + grid + grid))
+        q, k, _ = project_qkv(layer["attn"], u)
+        maps.append(attention_weights(q, k, key_mask).reshape((batch, cfg.n_heads) + grid + grid))
         x = apply_layer(layer, x, key_mask, cfg, train=False, rng=None)
     return maps
 
@@ -118,5 +121,4 @@ def forward(
 
 def count_params(cfg: Rank4Config) -> int:
     """Parameter count from ``jax.eval_shape`` (nothing is allocated)."""
-    shapes = jax.eval_shape(lambda: init_params(jax.random.key(0), cfg))
-    return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
+    return common.count_params(init_params, cfg)
