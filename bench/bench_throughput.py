@@ -1,20 +1,27 @@
 """rank4jax train and eval step throughput against the eager PyTorch peer, side by side.
 
-    python -m bench.bench_throughput [--pairs 5] [--torch ../shared/bench/torch_rank4.py]
+    python -m bench.bench_throughput [--pairs 5] [--sizes small,medium] [--torch ../shared/bench/torch_rank4.py]
+    python -m bench.bench_throughput --sizes paper --dtypes float32,bfloat16 --torch ''   # on a GPU
 
-For each size (small: dx=16, dt=8, H=2, L=2, V=4000, N=16, T=4, B=32; medium: dx=32, dt=16, B=16)
-it reports the rank4jax train step and forward-only eval step: windows/s, tokens/s (N·T positions
-per window), model FLOPs per window counted analytically, achieved GFLOP/s and its ratio to this
-machine's float32 matmul peak (measured in the same run), compile time and compiled peak memory.
-It then runs the PyTorch script (``torch_rank4.py``, which needs ``pip install torch``) and
-rank4jax alternately, ``--pairs`` times, and prints the ratio of the medians. The synthetic
-windows are the PyTorch script's: random tokens with the last 3 positions of every state PAD.
+Sizes: small (dx=16, dt=8, H=2, L=2, V=4000, N=16, T=4, B=32), medium (dx=32, dt=16, B=16) and
+paper (dx=64, dt=32, H=4, L=2, V=36,711, B=32). For each size and parameter dtype it reports the
+rank4jax train step — at full width N and on the windows cut to their used width N' by
+``trim_padding`` (what training runs) — and the forward-only eval step: windows/s, tokens/s
+(N·T positions per window), model FLOPs per window counted analytically at full width, achieved
+GFLOP/s and its ratio to this machine's matmul peak in that dtype (measured in the same run),
+compile time and compiled peak memory. It then runs the PyTorch script (``torch_rank4.py``, which
+needs ``pip install torch``) and the trimmed rank4jax step alternately, ``--pairs`` times, and prints
+the ratio of the medians. Before timing, the same parameters are loaded into the PyTorch model and
+both losses are computed on the same windows in eval mode (float32), so "the same numerics" is
+checked, not assumed. The synthetic windows are the PyTorch script's: random tokens with the last 3
+positions of every state PAD.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import os
 import re
 import statistics
@@ -24,14 +31,18 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import rank4jax
 from bench.common import compiled_train_step, peak_bytes, run_steps, step_timer, synthetic_windows
+from rank4jax.data.windows import trim_padding
 from rank4jax.models.family import RANK4
 
+SMALL = dict(dx=16, dt=8, n_heads=2, n_layers=2, vocab_size=4000, n_tokens=16, n_slices=4, batch=32)
 SIZES = {
-    "small": dict(dx=16, dt=8, n_heads=2, n_layers=2, vocab_size=4000, n_tokens=16, n_slices=4, batch=32),
-    "medium": dict(dx=32, dt=16, n_heads=2, n_layers=2, vocab_size=4000, n_tokens=16, n_slices=4, batch=16),
+    "small": SMALL,
+    "medium": {**SMALL, "dx": 32, "dt": 16, "batch": 16},
+    "paper": {**SMALL, "dx": 64, "dt": 32, "n_heads": 4, "vocab_size": 36_711, "batch": 32},
 }
 DEFAULT_TORCH = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "bench", "torch_rank4.py")
 
@@ -43,8 +54,8 @@ def forward_flops_per_window(cfg: rank4jax.Rank4Config) -> int:
     return cfg.n_layers * per_layer + 2 * p * d * cfg.vocab_size
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
-    a = jnp.ones((n, n), jnp.float32)
+def matmul_peak_gflops(dtype, n: int = 2048, repeats: int = 10) -> float:
+    a = jnp.ones((n, n), dtype)
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
     best = float("inf")
@@ -63,61 +74,130 @@ def eval_seconds(compiled, params, windows, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def torch_args(spec: dict) -> list[str]:
+    names = dict(dx="dx", dt="dt", H="n_heads", L="n_layers", V="vocab_size", N="n_tokens", T="n_slices", B="batch")
+    return [arg for flag, key in names.items() for arg in (f"--{flag}", str(spec[key]))]
+
+
 def torch_windows_per_s(script: str, spec: dict, steps: int) -> float:
-    args = [sys.executable, script, "--dx", str(spec["dx"]), "--dt", str(spec["dt"]), "--H", str(spec["n_heads"])]
-    args += ["--L", str(spec["n_layers"]), "--V", str(spec["vocab_size"]), "--N", str(spec["n_tokens"])]
-    args += ["--T", str(spec["n_slices"]), "--B", str(spec["batch"]), "--steps", str(steps)]
+    args = [sys.executable, script, *torch_args(spec), "--steps", str(steps)]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"torch_windows_per_s=([0-9.]+)", out).group(1))
+
+
+def torch_loss_gap(script: str, cfg: rank4jax.Rank4Config, params: dict, windows: np.ndarray) -> tuple[float, float]:
+    """(rank4jax loss, |rank4jax − PyTorch|) in eval mode on the same parameters and windows."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("torch_rank4", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.Rank4(cfg.vocab_size, cfg.dx, cfg.dt, cfg.n_heads, cfg.n_layers, cfg.n_tokens, cfg.n_slices)
+    p = jax.tree_util.tree_map(lambda leaf: torch.from_numpy(np.array(leaf, np.float32)), params)
+    with torch.no_grad():
+        model.esem.weight.copy_(p["embed"]["sem"])
+        model.etmp.weight.copy_(p["embed"]["tmp"])
+        model.wprime.copy_(p["readout"]["tmp"])
+        for i, layer in enumerate(p["layers"]):
+            for ln, name in ((model.ln_a[i], "ln_attn"), (model.ln_m[i], "ln_mlp")):
+                ln.weight.copy_(layer[name]["scale"].reshape(-1))
+                ln.bias.copy_(layer[name]["bias"].reshape(-1))
+            model.wqkv[i].copy_(torch.stack([layer["attn"][k] for k in ("wq", "wk", "wv")]))
+            model.mlp[i][0].weight.copy_(layer["mlp"]["w1"].T)
+            model.mlp[i][0].bias.copy_(layer["mlp"]["b1"])
+            model.mlp[i][2].weight.copy_(layer["mlp"]["w2"].T)
+            model.mlp[i][2].bias.copy_(layer["mlp"]["b2"])
+        model.ln_f.weight.copy_(p["final_ln"]["scale"].reshape(-1))
+        model.ln_f.bias.copy_(p["final_ln"]["bias"].reshape(-1))
+        model.eval()
+        win = torch.from_numpy(windows.astype(np.int64))
+        logits = model(win[:, :-1])
+        tgt = win[:, 1:].transpose(1, 2)
+        ref = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tgt.reshape(-1), ignore_index=0)
+    ours = float(RANK4.loss_sums(params, jnp.asarray(trim_padding(windows)), cfg)["objective"])
+    return ours, abs(ours - float(ref))
+
+
+def report(label: str, batch: int, positions: int, seconds: float, flops: int, peak: float, compile_s, memory):
+    gflops = batch * flops / seconds / 1e9
+    print(
+        f"{label:<28} {batch / seconds:9.1f} windows/s {batch * positions / seconds:10.0f} tokens/s "
+        f"{flops / 1e6:9.1f} MFLOP/window {gflops:8.1f} GFLOP/s ({gflops / peak:.2f} of peak) "
+        f"compile {compile_s:5.2f} s  peak memory {memory / 2**20:8.1f} MiB"
+    )
+
+
+def bench_size(size: str, spec: dict, dtype, args, peak: float) -> None:
+    model = {k: v for k, v in spec.items() if k != "batch"}
+    cfg = rank4jax.Rank4Config(**model, dropout=0.1)
+    batch, positions = spec["batch"], cfg.n_tokens * cfg.n_slices
+    windows = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size)
+    trimmed = trim_padding(windows)
+    fwd = forward_flops_per_window(cfg)
+    tag = f"{size} {jnp.dtype(dtype).name}"
+    runs = {}
+    for name, rows in (("full", windows), ("trimmed", trimmed)):
+        compiled, state, compile_s, memory = compiled_train_step(cfg, rows, dtype=dtype)
+        runs[name] = {"step": compiled, "state": run_steps(compiled, state, rows, 2)[1], "batch": rows}
+        runs[name]["figures"] = (compile_s, peak_bytes(memory))
+    params = jax.tree_util.tree_map(jnp.copy, runs["trimmed"]["state"].params)  # the train step donates its state
+    eval_fn = jax.jit(functools.partial(RANK4.loss_sums, cfg=cfg))
+    t0 = time.perf_counter()
+    eval_compiled = eval_fn.lower(params, trimmed).compile()
+    eval_compile_s = time.perf_counter() - t0
+    jax.block_until_ready(eval_compiled(params, trimmed))
+    if args.torch and dtype == jnp.float32:
+        ours, gap = torch_loss_gap(args.torch, cfg, params, windows)
+        print(f"{tag:<28} same windows and parameters, eval mode: loss {ours:.6f}, |rank4jax - torch| = {gap:.2e}")
+
+    timers = {name: step_timer(run, args.steps) for name, run in runs.items()}
+    times = {name: [] for name in runs}
+    torch_rates = []
+    for _ in range(args.pairs):
+        for name, timer in timers.items():
+            times[name].append(timer())
+        if args.torch and dtype == jnp.float32:
+            torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps))
+    eval_s = statistics.median(eval_seconds(eval_compiled, params, trimmed, args.steps) for _ in range(3))
+    for name in runs:
+        width = f"N={cfg.n_tokens}" if name == "full" else f"N'={runs[name]['batch'].shape[2]}"
+        report(
+            f"{tag} train {width}",
+            batch,
+            positions,
+            statistics.median(times[name]),
+            3 * fwd,
+            peak,
+            *runs[name]["figures"],
+        )
+    eval_figures = (eval_compile_s, peak_bytes(eval_compiled.memory_analysis()))
+    report(f"{tag} eval N'={trimmed.shape[2]}", batch, positions, eval_s, fwd, peak, *eval_figures)
+    if torch_rates:
+        torch_median = statistics.median(torch_rates)
+        full, fast = (batch / statistics.median(times[n]) for n in ("full", "trimmed"))
+        print(
+            f"{tag:<28} torch {torch_median:9.1f} windows/s (median of {len(torch_rates)}); rank4jax / torch = "
+            f"{fast / torch_median:.2f} (trimmed, as trained), {full / torch_median:.2f} (full width)"
+        )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--sizes", default="small,medium", help=f"comma-separated, from {sorted(SIZES)}")
+    ap.add_argument("--dtypes", default="float32", help="parameter dtypes, comma-separated: float32, bfloat16")
     ap.add_argument("--torch", default=DEFAULT_TORCH, help="path of torch_rank4.py ('' to skip)")
     args = ap.parse_args()
-    peak = matmul_peak_gflops()
-    print(f"float32 matmul peak (2048², jitted): {peak:.1f} GFLOP/s on {jax.devices()[0].device_kind}")
-    for size, spec in SIZES.items():
-        model = {k: v for k, v in spec.items() if k != "batch"}
-        cfg = rank4jax.Rank4Config(**model, dropout=0.1)
-        batch = spec["batch"]
-        windows = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size)
-        fwd = forward_flops_per_window(cfg)
-        compiled, state, compile_s, memory = compiled_train_step(cfg, windows)
-        train_run = {"step": compiled, "state": run_steps(compiled, state, windows, 2)[1], "batch": windows}
-        params = jax.tree_util.tree_map(jnp.copy, train_run["state"].params)  # the train step donates its state
-        eval_fn = jax.jit(functools.partial(RANK4.loss_sums, cfg=cfg))
-        t0 = time.perf_counter()
-        eval_compiled = eval_fn.lower(params, windows).compile()
-        eval_compile_s = time.perf_counter() - t0
-        jax.block_until_ready(eval_compiled(params, windows))
-
-        jax_times, torch_rates = [], []
-        eval_times = [eval_seconds(eval_compiled, params, windows, args.steps) for _ in range(3)]
-        for _ in range(args.pairs):
-            jax_times.append(step_timer(train_run, args.steps)())
-            if args.torch:
-                torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps))
-        train_s, eval_s = statistics.median(jax_times), statistics.median(eval_times)
-        positions = cfg.n_tokens * cfg.n_slices
-        for step, seconds, flops, comp_s, mem in (
-            ("train", train_s, 3 * fwd, compile_s, peak_bytes(memory)),
-            ("eval", eval_s, fwd, eval_compile_s, peak_bytes(eval_compiled.memory_analysis())),
-        ):
-            gflops = batch * flops / seconds / 1e9
-            print(
-                f"{size:<7}{step:<6} {batch / seconds:9.1f} windows/s {batch * positions / seconds:10.0f} tokens/s "
-                f"{flops / 1e6:8.1f} MFLOP/window {gflops:7.1f} GFLOP/s ({gflops / peak:.2f} of peak) "
-                f"compile {comp_s:5.2f} s  peak memory {mem / 2**20:7.1f} MiB"
-            )
-        if torch_rates:
-            torch_median = statistics.median(torch_rates)
-            print(
-                f"{size:<7}torch  {torch_median:9.1f} windows/s (median of {len(torch_rates)}); "
-                f"rank4jax / torch = {batch / train_s / torch_median:.2f}"
-            )
+    if args.torch and not os.path.isfile(args.torch):
+        sys.exit(f"error: {args.torch} does not exist (pass --torch '' to skip the PyTorch peer)")
+    device = jax.devices()[0]
+    for dtype_name in args.dtypes.split(","):
+        dtype = jnp.dtype(dtype_name).type
+        peak = matmul_peak_gflops(dtype)
+        print(f"{dtype_name} matmul peak (2048², jitted): {peak:.1f} GFLOP/s on {device.platform} {device.device_kind}")
+        for size in args.sizes.split(","):
+            bench_size(size, SIZES[size], dtype, args, peak)
 
 
 if __name__ == "__main__":

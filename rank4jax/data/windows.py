@@ -78,6 +78,25 @@ def cloze_windows(stories: Sequence[Story], tokenizer: Tokenizer, n_tokens: int,
     return np.stack(pairs).astype(np.int32), np.asarray(labels, np.int32)
 
 
+def trim_padding(windows: np.ndarray, multiple: int = 1) -> np.ndarray:
+    """Cut the trailing token columns that are PAD in every state of every window of the batch.
+
+    windows (B, T+1, N) → (B, T+1, N') with N' the smallest multiple of ``multiple`` (at most N)
+    that keeps every non-PAD token, so a batch of short sentences costs N'/N of the full width.
+    A batch holding a window whose first T states are all PAD is returned uncut (such a window
+    has no token to attend to, and a model may treat it by its full width). ``multiple`` bounds
+    the number of distinct shapes a jitted step sees to ⌈N / multiple⌉.
+    """
+    if multiple < 1:
+        raise ValueError(f"multiple must be at least 1, got {multiple}")
+    n_tokens = windows.shape[2]
+    used = np.any(windows != PAD_ID, axis=(0, 1))  # (N,) columns holding a token anywhere
+    if not used.any() or not np.all(np.any(windows[:, :-1] != PAD_ID, axis=(1, 2))):
+        return windows
+    n_keep = min(n_tokens, -(-(int(np.flatnonzero(used)[-1]) + 1) // multiple) * multiple)
+    return windows[:, :, :n_keep]
+
+
 def check_token_ids(array: np.ndarray, vocab_size: int, what: str) -> None:
     """DataError naming the first id outside [0, vocab_size)."""
     bad = np.argwhere((array < 0) | (array >= vocab_size))

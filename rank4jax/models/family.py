@@ -34,6 +34,9 @@ class ModelFamily:
     predict_last: Callable[[Any, jax.Array, Any], jax.Array]  # (params, inputs (B,T,N), cfg) → Ŝ(T) (B, N)
     last_slice_ce: Callable[[Any, jax.Array, Any], jax.Array]  # (params, windows, cfg) → (B,) mean CE of S(T)
     count_params: Callable[[Any], int]
+    # True when loss_sums accepts windows whose token axis was cut to N' < N by
+    # ``rank4jax.data.windows.trim_padding`` and returns exactly the sums of the full-width windows.
+    trims_padding: bool = False
 
 
 def _rank4_config(section: Mapping, vocab_size: int) -> rank4.Rank4Config:
@@ -42,8 +45,15 @@ def _rank4_config(section: Mapping, vocab_size: int) -> rank4.Rank4Config:
 
 
 def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
-    logits = rank4.forward(params, windows[:, :-1], cfg, train=train, rng=rng)
-    sums = rank4.window_loss_sums(logits, windows[:, 1:])
+    """Windows may be trimmed to N' ≤ N token columns: the position tables are prefixes of the
+    full ones and the cut columns are PAD keys (zero attention weight) with PAD targets (no loss),
+    so a model of width N' gives exactly the full-width sums (dropout masks differ in shape)."""
+    n_used = windows.shape[2]
+    if n_used > cfg.n_tokens:
+        raise ValueError(f"windows have {n_used} token columns, more than n_tokens={cfg.n_tokens}")
+    cfg = dataclasses.replace(cfg, n_tokens=n_used)
+    y = rank4.hidden_states(params, windows[:, :-1], cfg, train=train, rng=rng)
+    sums = rank4.readout_loss_sums(y, params["embed"]["sem"], params["readout"]["tmp"], windows[:, 1:])
     sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
     return sums
 
@@ -65,6 +75,7 @@ RANK4 = ModelFamily(
     predict_last=_rank4_predict_last,
     last_slice_ce=_rank4_last_slice_ce,
     count_params=rank4.count_params,
+    trims_padding=True,
 )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rank4jax.data.pipeline import train_dataset
+from rank4jax.data.windows import trim_padding
 from rank4jax.errors import CheckpointError, TrainingDivergedError
 from rank4jax.models.family import get_family
 from rank4jax.training import sharding
@@ -139,6 +140,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
         eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
         is_main = jax.process_index() == 0
+        # Each process would cut its own rows to its own width, so only a single process trims.
+        trim = config.get("trim_padding_multiple", 0) if family.trims_padding and jax.process_count() == 1 else 0
         writer = MetricsWriter(workdir, enabled=is_main)
         saved_config = to_json_dict(config)
         start = int(jax.device_get(state.step))
@@ -166,7 +169,10 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         )
         with StopRequest() as stop, bar:
             for step in range(start + 1, config.num_steps + 1):
-                batch = sharding.put_batch(next(train_iter), batch_sharding)
+                rows = next(train_iter)
+                if trim:
+                    rows = trim_padding(rows, trim)
+                batch = sharding.put_batch(rows, batch_sharding)
                 state, metrics = train_step(state, batch)
                 pending.append(metrics)
                 bar.update(1)

@@ -33,10 +33,13 @@ def make_optimizer(optim) -> optax.GradientTransformation:
     return adamw
 
 
-def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer) -> TrainState:
-    """Pure: jit it with ``out_shardings`` to create the state directly on the devices."""
+def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer, param_dtype=None) -> TrainState:
+    """Pure: jit it with ``out_shardings`` to create the state directly on the devices.
+    ``param_dtype`` (e.g. jnp.bfloat16) casts the initial parameters; the forward follows their dtype."""
     init_key, dropout_key = jax.random.split(key)
     params = family.init(init_key, model_cfg)
+    if param_dtype is not None:
+        params = jax.tree_util.tree_map(lambda leaf: leaf.astype(param_dtype), params)
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,

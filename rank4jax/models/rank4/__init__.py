@@ -2,7 +2,12 @@
 
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
-from rank4jax.models.rank4.losses import last_slice_mean_ce, window_loss_sums, window_losses
+from rank4jax.models.rank4.losses import (
+    last_slice_mean_ce,
+    readout_loss_sums,
+    window_loss_sums,
+    window_losses,
+)
 from rank4jax.models.rank4.model import attention_maps, count_params, forward, hidden_states, init_params
 
 __all__ = [
@@ -16,6 +21,7 @@ __all__ = [
     "import_params",
     "init_params",
     "last_slice_mean_ce",
+    "readout_loss_sums",
     "window_loss_sums",
     "window_losses",
 ]

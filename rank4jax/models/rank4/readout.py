@@ -6,6 +6,10 @@ Axes: B batch, P = N·T positions, D = dx·dt flattened fiber φ(n, q) = n·dt +
     logits[b, p, v] = Σ_φ Y[b, p, φ] · M[φ, v]
 
 No O(B·N·T·dt·V) intermediate is ever formed: the largest tensors are M (V·D) and the logits.
+
+The target's logit is also available straight from the factors (``target_logits``): gathering it
+from the logits would make the backward pass scatter into a (B·P, V) zero tensor, which costs as
+much as a readout matmul on CPU.
 """
 
 from __future__ import annotations
@@ -30,5 +34,18 @@ def readout_matrix(sem: jax.Array, tmp: jax.Array) -> jax.Array:
 def apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
     """y (B, P, D) final-normed stream → logits (B, P, V)."""
     m = readout_matrix(sem, tmp)
-    chex.assert_shape(y, (None, None, m.shape[1]))
-    return jnp.einsum("bpd,vd->bpv", y, m)
+    batch, positions, width = y.shape
+    chex.assert_shape(y, (batch, positions, m.shape[1]))
+    # One 2-D (B·P, D) × (D, V) matmul: with the batch axes kept apart, XLA:CPU materialised the
+    # (V, B·P) transpose of the logits' gradient for ∂M (as costly as the matmul itself).
+    return (y.reshape(batch * positions, width) @ m.T).reshape(batch, positions, -1)
+
+
+def target_logits(sem: jax.Array, tmp: jax.Array, y: jax.Array, targets: jax.Array) -> jax.Array:
+    """logits[b, p, targets[b, p]] without touching the logits: Σ_{n,q} Y[b,p,(n,q)]·Esem[v,n]·W′[v,q].
+
+    y (B, P, D); targets (B, P) int → (B, P). Gathers B·P rows of the (V, dx) and (V, dt) factors."""
+    dx, dt = sem.shape[1], tmp.shape[1]
+    chex.assert_shape(y, targets.shape + (dx * dt,))
+    fibers = y.reshape(targets.shape + (dx, dt))
+    return jnp.einsum("bpnq,bpn,bpq->bp", fibers, sem[targets], tmp[targets])

@@ -1,0 +1,110 @@
+"""The training fast path (issue 7) computes exactly what the reference formulation does.
+
+- ``readout_loss_sums`` (CE = logsumexp − target logit from the factors, accuracy as "the target's
+  logit is the row maximum") equals ``window_loss_sums(forward(...))`` in value and gradient.
+- ``trim_padding`` cuts only all-PAD trailing columns, and the rank-4 loss on the cut windows is the
+  full-width loss, in value and gradient.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rank4jax
+from rank4jax.data.windows import trim_padding
+from rank4jax.models import rank4
+from rank4jax.models.family import RANK4
+from rank4jax.models.rank4.readout import target_logits
+
+
+def _cfg(**kw):
+    base = dict(vocab_size=30, n_tokens=7, n_slices=3, dx=3, dt=2, n_heads=2, n_layers=2, dropout=0.0)
+    return rank4jax.Rank4Config(**(base | kw))
+
+
+def _windows(cfg, batch=4, seed=0):
+    """Random windows with ragged PAD tails; column 6 is PAD everywhere, window 1 ends at column 3."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(4, cfg.vocab_size, size=(batch, cfg.n_slices + 1, cfg.n_tokens)).astype(np.int32)
+    lengths = rng.integers(2, cfg.n_tokens - 1, size=(batch, cfg.n_slices + 1))
+    w[np.arange(cfg.n_tokens)[None, None, :] >= lengths[..., None]] = 0
+    w[1, :, 3:] = 0
+    return w
+
+
+def _reference_objective(params, windows, cfg):
+    sums = rank4.window_loss_sums(rank4.forward(params, windows[:, :-1], cfg), windows[:, 1:])
+    return sums["window_ce_sum"] / sums["window_tokens"], sums
+
+
+def _max_leaf_diff(a, b):
+    return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+def test_target_logits_equal_the_logits_entry():
+    with jax.enable_x64(True):
+        cfg = _cfg()
+        params = rank4.init_params(jax.random.key(1), cfg, jnp.float64)
+        y = jax.random.normal(jax.random.key(2), (2, 5, cfg.width), jnp.float64)
+        tgt = jnp.array([[0, 3, 29, 7, 7], [1, 2, 3, 4, 5]])
+        sem, tmp = params["embed"]["sem"], params["readout"]["tmp"]
+        logits = rank4.readout.apply_readout(sem, tmp, y)
+        expected = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
+        np.testing.assert_allclose(target_logits(sem, tmp, y, tgt), expected, rtol=0, atol=1e-13)
+
+
+def test_readout_loss_sums_match_window_loss_sums_and_gradients():
+    with jax.enable_x64(True):
+        cfg = _cfg()
+        params = rank4.init_params(jax.random.key(0), cfg, jnp.float64)
+        windows = jnp.asarray(_windows(cfg))
+        ref_obj, ref = _reference_objective(params, windows, cfg)
+        fast = RANK4.loss_sums(params, windows, cfg)
+        for key, value in ref.items():
+            np.testing.assert_allclose(float(fast[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
+        assert float(ref["correct_tokens"]) > 0  # the accuracy comparison is not vacuous
+        g_ref = jax.grad(lambda p: _reference_objective(p, windows, cfg)[0])(params)
+        g_fast = jax.grad(lambda p: RANK4.loss_sums(p, windows, cfg)["objective"])(params)
+        assert _max_leaf_diff(g_ref, g_fast) < 1e-12
+
+
+def test_trim_padding_cuts_only_all_pad_columns():
+    cfg = _cfg()
+    w = _windows(cfg)
+    used = int(np.flatnonzero(np.any(w != 0, axis=(0, 1)))[-1]) + 1
+    assert used < cfg.n_tokens
+    cut = trim_padding(w)
+    assert cut.shape == (4, cfg.n_slices + 1, used)
+    np.testing.assert_array_equal(cut, w[:, :, :used])
+    assert not np.any(w[:, :, used:])
+    assert trim_padding(w, multiple=4).shape[2] == min(cfg.n_tokens, -(-used // 4) * 4)
+    assert trim_padding(w, multiple=100).shape[2] == cfg.n_tokens  # never wider than N
+
+
+def test_trim_padding_keeps_windows_without_input_tokens_whole():
+    cfg = _cfg()
+    w = _windows(cfg)
+    w[2, :-1] = 0  # window 2 has no input token: its queries attend uniformly over all N·T keys
+    assert trim_padding(w).shape == w.shape
+    assert trim_padding(np.zeros_like(w)).shape == w.shape
+    with pytest.raises(ValueError, match="multiple"):
+        trim_padding(w, multiple=0)
+
+
+def test_loss_on_trimmed_windows_equals_full_width_loss():
+    with jax.enable_x64(True):
+        cfg = _cfg()
+        params = rank4.init_params(jax.random.key(3), cfg, jnp.float64)
+        w = _windows(cfg)
+        cut = trim_padding(w)
+        assert cut.shape[2] < w.shape[2]
+        full = RANK4.loss_sums(params, jnp.asarray(w), cfg)
+        trimmed = RANK4.loss_sums(params, jnp.asarray(cut), cfg)
+        for key, value in full.items():
+            np.testing.assert_allclose(float(trimmed[key]), float(value), rtol=1e-12, err_msg=key)
+        g_full = jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(w), cfg)["objective"])(params)
+        g_cut = jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(cut), cfg)["objective"])(params)
+        assert _max_leaf_diff(g_full, g_cut) < 1e-12
+        with pytest.raises(ValueError, match="more than n_tokens"):
+            RANK4.loss_sums(params, jnp.zeros((1, cfg.n_slices + 1, cfg.n_tokens + 1), jnp.int32), cfg)
