@@ -43,6 +43,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.n_layers = 2
     c.model.dropout = 0.1
     c.model.attention = "autodiff"
+    c.model.zpx = ml_collections.ConfigDict()  # ZPX geometric attention scores (seed 001)
+    c.model.zpx.score = "standard"  # standard | zpx_angle | zpx_angle_sphere
+    c.model.zpx.channels = 8  # C phase channels
+    c.model.zpx.lambda_angle = 1.0  # λθ
+    c.model.zpx.lambda_sphere = 1.0  # λS
+    c.model.zpx.center_weight = 0.0  # centre-cancellation regulariser weight (ZPX scores only)
 
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 3e-3

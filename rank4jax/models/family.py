@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from rank4jax.errors import ConfigError
 from rank4jax.models import baseline, rank4
 from rank4jax.models.common import EOS_ID, PAD_ID
+from rank4jax.models.zpx import zpx_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,9 @@ class ModelFamily:
 
 def _rank4_config(section: Mapping, vocab_size: int) -> rank4.Rank4Config:
     fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout", "attention")
-    return rank4.Rank4Config(vocab_size=vocab_size, **{f: section[f] for f in fields})
+    return rank4.Rank4Config(
+        vocab_size=vocab_size, zpx=zpx_config(section.get("zpx")), **{f: section[f] for f in fields}
+    )
 
 
 def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
@@ -52,9 +55,11 @@ def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
     if n_used > cfg.n_tokens:
         raise ValueError(f"windows have {n_used} token columns, more than n_tokens={cfg.n_tokens}")
     cfg = dataclasses.replace(cfg, n_tokens=n_used)
-    y = rank4.hidden_states(params, windows[:, :-1], cfg, train=train, rng=rng)
+    y, center = rank4.hidden_states_and_center(params, windows[:, :-1], cfg, train=train, rng=rng)
     sums = rank4.readout_loss_sums(y, params["embed"]["sem"], params["readout"]["tmp"], windows[:, 1:])
     sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
+    if cfg.zpx.center_weight:
+        sums["objective"] = sums["objective"] + cfg.zpx.center_weight * center
     return sums
 
 
@@ -84,6 +89,7 @@ def _baseline_config(section: Mapping, vocab_size: int) -> baseline.BaselineConf
     return baseline.BaselineConfig(
         vocab_size=vocab_size,
         teacher_forcing=bool(section.get("teacher_forcing", False)),
+        zpx=zpx_config(section.get("zpx")),
         **{f: section[f] for f in fields},
     )
 
@@ -92,6 +98,8 @@ def _baseline_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
     out = baseline.decode(params, windows, cfg, train=train, rng=rng)
     sums = baseline.target_sums(out["logits"], out["targets"])
     sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)  # S(T)+EOS
+    if cfg.zpx.center_weight:
+        sums["objective"] = sums["objective"] + cfg.zpx.center_weight * out["center"]
     return sums
 
 

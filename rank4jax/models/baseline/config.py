@@ -6,6 +6,7 @@ import dataclasses
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.sizes import validate_window_model
+from rank4jax.models.zpx import ZPXConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +25,7 @@ class BaselineConfig:
     n_layers: int
     dropout: float = 0.1
     teacher_forcing: bool = False
+    zpx: ZPXConfig = ZPXConfig()  # attention-score variant: standard | zpx_angle | zpx_angle_sphere
 
     def __post_init__(self):
         validate_window_model(self)

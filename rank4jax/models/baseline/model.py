@@ -13,6 +13,11 @@ Free-running (the paper's protocol): fed token j is the model's own argmax for t
 target is scored against the gold token. ``lax.scan`` runs one incremental step per target token
 over a per-layer K/V cache. Teacher forcing (feed the gold token) is a flag, never the reported
 comparison.
+
+ZPX scores (``cfg.zpx``): each layer's phase encoder reads the normalised stream; the key-side
+geometric features (B, S, F) are cached beside K and V, the query side joins every head's score
+before the causal and padding mask, and running sums Σ x, Σ y (B, C) over the real slots give the
+centre-cancellation value at the end of the decode.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from rank4jax.models.common import (
     sinusoid_table,
     uniform_fan_in,
 )
+from rank4jax.models.zpx import encode_phase, geometric_features, geometric_scores, init_phase_encoder
 
 
 def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
@@ -48,14 +54,15 @@ def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
     layers = []
     for layer_key in jax.random.split(k_layers, cfg.n_layers):
         kq, kk, kv, ko, km = jax.random.split(layer_key, 5)
-        layers.append(
-            {
-                "ln_attn": init_layer_norm((d,), dtype),
-                "attn": {n: uniform_fan_in(k, (d, d), d, dtype) for n, k in zip("qkvo", (kq, kk, kv, ko), strict=True)},
-                "ln_mlp": init_layer_norm((d,), dtype),
-                "mlp": init_mlp(km, d, dtype),
-            }
-        )
+        layer = {
+            "ln_attn": init_layer_norm((d,), dtype),
+            "attn": {n: uniform_fan_in(k, (d, d), d, dtype) for n, k in zip("qkvo", (kq, kk, kv, ko), strict=True)},
+            "ln_mlp": init_layer_norm((d,), dtype),
+            "mlp": init_mlp(km, d, dtype),
+        }
+        if cfg.zpx.enabled:  # a key of its own, so the standard parameters do not change
+            layer["zpx"] = init_phase_encoder(jax.random.fold_in(layer_key, 7), d, cfg.zpx.channels, dtype)
+        layers.append(layer)
     return {"embed": embed, "layers": layers, "final_ln": init_layer_norm((d,), dtype)}
 
 
@@ -85,8 +92,8 @@ def _embed(params, tokens, positions, cfg):
 
 
 def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
-    """x (B, Q, D) at slots [start, start+Q) → (x, cache). cache: (K, V) each (B, H, S, E);
-    key_ok (B, Q, S) which cached slots each query may attend to."""
+    """x (B, Q, D) at slots [start, start+Q) → (x, cache). cache: k, v (B, H, S, E) and with ZPX
+    g (B, S, F), sx, sy (B, C); key_ok (B, Q, S) which cached slots each query may attend to."""
     batch, q_len, d = x.shape
     heads, e = cfg.n_heads, d // cfg.n_heads
     r_attn, r_mlp = (None, None) if rng is None else jax.random.split(rng)
@@ -96,16 +103,27 @@ def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
         return jnp.einsum("bqd,de->bqe", u, w).reshape(batch, q_len, heads, e).transpose(0, 2, 1, 3)
 
     q, k, v = (split_heads(layer["attn"][n]) for n in "qkv")
-    k_cache = jax.lax.dynamic_update_slice_in_dim(cache[0], k, start, axis=2)
-    v_cache = jax.lax.dynamic_update_slice_in_dim(cache[1], v, start, axis=2)
-    scores = jnp.einsum("bhqe,bhse->bhqs", q, k_cache) / np.sqrt(e)
+    new = {
+        "k": jax.lax.dynamic_update_slice_in_dim(cache["k"], k, start, axis=2),
+        "v": jax.lax.dynamic_update_slice_in_dim(cache["v"], v, start, axis=2),
+    }
+    scores = jnp.einsum("bhqe,bhse->bhqs", q, new["k"]) / np.sqrt(e)
+    if cfg.zpx.enabled:
+        phase = encode_phase(layer["zpx"], u, cfg.zpx.max_log_radius)
+        query_features, key_features = geometric_features(phase, cfg.zpx)
+        new["g"] = jax.lax.dynamic_update_slice_in_dim(cache["g"], key_features, start, axis=1)
+        scores = scores + geometric_scores(query_features, new["g"])[:, None]
+        rows = jnp.arange(q_len)
+        real = key_ok[:, rows, start + rows].astype(x.dtype)[..., None]  # (B, Q, 1): the query's own slot
+        new["sx"] = cache["sx"] + jnp.sum(phase["x"] * real, axis=1)
+        new["sy"] = cache["sy"] + jnp.sum(phase["y"] * real, axis=1)
     scores = jnp.where(key_ok[:, None], scores, jnp.finfo(scores.dtype).min)
-    out = jnp.einsum("bhqs,bhse->bhqe", jax.nn.softmax(scores, axis=-1), v_cache)
+    out = jnp.einsum("bhqs,bhse->bhqe", jax.nn.softmax(scores, axis=-1), new["v"])
     out = jnp.einsum("bqd,de->bqe", out.transpose(0, 2, 1, 3).reshape(batch, q_len, d), layer["attn"]["o"])
     x = x + dropout(out, cfg.dropout, r_attn, train)
     u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
     x = x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, r_mlp, train)
-    return x, (k_cache, v_cache)
+    return x, new
 
 
 def _run(params, x, caches, start, key_ok, cfg, *, train, rng):
@@ -125,9 +143,19 @@ def _slot_valid(context_len, cfg):
 
 
 def _empty_caches(params, batch: int, cfg: BaselineConfig) -> list:
-    """Per layer (K, V) zeros, each (B, H, S, E) with S = Lc + N slots."""
-    shape = (batch, cfg.n_heads, cfg.context_slots + cfg.n_tokens, cfg.width // cfg.n_heads)
-    return [(jnp.zeros(shape, params["embed"].dtype),) * 2 for _ in params["layers"]]
+    """Per layer zeros: k, v (B, H, S, E) with S = Lc + N slots; with ZPX also g (B, S, F), sx, sy (B, C)."""
+    slots, dtype = cfg.context_slots + cfg.n_tokens, params["embed"].dtype
+    cache = {name: jnp.zeros((batch, cfg.n_heads, slots, cfg.width // cfg.n_heads), dtype) for name in "kv"}
+    if cfg.zpx.enabled:
+        features = (5 if cfg.zpx.uses_sphere else 2) * cfg.zpx.channels
+        cache |= {"g": jnp.zeros((batch, slots, features), dtype)}
+        cache |= {name: jnp.zeros((batch, cfg.zpx.channels), dtype) for name in ("sx", "sy")}
+    return [dict(cache) for _ in params["layers"]]
+
+
+def center_from_caches(caches: list) -> jax.Array:
+    """Mean over layers, batch and channels of |Σ_i r_i e^{iφ_i}|² from the running sums (ZPX only)."""
+    return jnp.mean(jnp.stack([jnp.mean(c["sx"] ** 2 + c["sy"] ** 2) for c in caches]))
 
 
 def _at_last_context_token(logits, context_len):
@@ -167,9 +195,10 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
         logits, caches = _run(params, x, caches, slot, key_ok, cfg, train=train, rng=step_rng)
         return (caches, logits[:, 0]), (logits[:, 0], token)
 
-    _, (step_logits, fed) = jax.lax.scan(step, (caches, first), jnp.arange(cfg.n_tokens))
+    (caches, _), (step_logits, fed) = jax.lax.scan(step, (caches, first), jnp.arange(cfg.n_tokens))
     all_logits = jnp.concatenate([first[:, None], jnp.swapaxes(step_logits, 0, 1)], axis=1)
-    return {"logits": all_logits, "fed": jnp.swapaxes(fed, 0, 1), **packed}
+    center = center_from_caches(caches) if cfg.zpx.enabled else jnp.zeros((), all_logits.dtype)
+    return {"logits": all_logits, "fed": jnp.swapaxes(fed, 0, 1), "center": center, **packed}
 
 
 def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> jax.Array:

@@ -8,7 +8,14 @@ from rank4jax.models.rank4.losses import (
     window_loss_sums,
     window_losses,
 )
-from rank4jax.models.rank4.model import attention_maps, count_params, forward, hidden_states, init_params
+from rank4jax.models.rank4.model import (
+    attention_maps,
+    count_params,
+    forward,
+    hidden_states,
+    hidden_states_and_center,
+    init_params,
+)
 
 __all__ = [
     "Rank4Config",
@@ -18,6 +25,7 @@ __all__ = [
     "export_params",
     "forward",
     "hidden_states",
+    "hidden_states_and_center",
     "import_params",
     "init_params",
     "last_slice_mean_ce",

@@ -31,21 +31,26 @@ def project_qkv(params: dict, u: jax.Array) -> tuple[jax.Array, jax.Array, jax.A
     return tuple(jnp.einsum("bpd,hde->bhpe", u, params[name]) for name in ("wq", "wk", "wv"))
 
 
-def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array) -> jax.Array:
-    """Joint-softmax weights. q, k (B, H, P, D); key_mask (B, K) bool → A (B, H, P, K)."""
+def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
+    """Joint-softmax weights. q, k (B, H, P, D); key_mask (B, K) bool → A (B, H, P, K).
+    ``extra`` (B, P, K): a score term shared by every head (the ZPX geometry), added before the mask."""
     scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
     scores = jnp.einsum("bhpe,bhke->bhpk", q, k) * scale
+    if extra is not None:
+        scores = scores + extra[:, None]
     scores = jnp.where(key_mask[:, None, None, :], scores, jnp.finfo(scores.dtype).min)
     return jax.nn.softmax(scores, axis=-1)
 
 
-def apply_attention(params: dict, u: jax.Array, key_mask: jax.Array, cfg: Rank4Config) -> jax.Array:
+def apply_attention(
+    params: dict, u: jax.Array, key_mask: jax.Array, cfg: Rank4Config, extra: jax.Array | None = None
+) -> jax.Array:
     """u (B, P, D) normalised stream; key_mask (B, P) bool → Σ_h O_h (B, P, D)."""
     batch, positions = u.shape[0], cfg.n_tokens * cfg.n_slices
     chex.assert_shape(u, (batch, positions, cfg.width))
     chex.assert_shape(key_mask, (batch, positions))
     q, k, v = project_qkv(params, u)
-    a = attention_weights(q, k, key_mask)
+    a = attention_weights(q, k, key_mask, extra)
     out = jnp.einsum("bhpk,bhke->bpe", a, v)  # heads summed
     chex.assert_shape(out, (batch, positions, cfg.width))
     return out

@@ -6,6 +6,7 @@ import dataclasses
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.sizes import validate_window_model
+from rank4jax.models.zpx import ZPXConfig
 
 ATTENTION_MODES = ("autodiff", "analytic")  # "analytic": the §6 hand-derived backward as a custom VJP
 
@@ -24,11 +25,14 @@ class Rank4Config:
     n_layers: int
     dropout: float = 0.1
     attention: str = "autodiff"
+    zpx: ZPXConfig = ZPXConfig()  # attention-score variant: standard | zpx_angle | zpx_angle_sphere
 
     def __post_init__(self):
         validate_window_model(self)
         if self.attention not in ATTENTION_MODES:
             raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
+        if self.attention == "analytic" and self.zpx.enabled:
+            raise ConfigError("the analytic (§6) backward covers the standard score only; use attention='autodiff'")
 
     @property
     def width(self) -> int:

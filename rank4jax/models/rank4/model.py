@@ -10,6 +10,11 @@ Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kep
     layers:  [{ln_attn: {scale, bias} (dx, dt), attn: {wq, wk, wv} (H, D, D),
                ln_mlp: {scale, bias} (dx, dt), mlp: {w1 (D, 4D), b1 (4D,), w2 (4D, D), b2 (D,)}}] × L
     final_ln: {scale, bias} (dx, dt)
+
+With a ZPX score (``cfg.zpx``, see ``rank4jax.models.zpx``) each layer also holds
+``zpx: {w_r, w_theta, w_b (D, C), b_r, b_theta, b_b (C,)}``: its phase encoder reads the normalised
+flattened fiber at every (x, t) and the angle (+ sphere) term joins every head's score over the joint
+key grid, before the key mask.
 """
 
 from __future__ import annotations
@@ -25,6 +30,13 @@ from rank4jax.models.rank4.attention import apply_attention, attention_weights, 
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.embedding import apply_embedding, init_embedding
 from rank4jax.models.rank4.readout import apply_readout, init_readout
+from rank4jax.models.zpx import (
+    center_cancellation,
+    encode_phase,
+    geometric_features,
+    geometric_scores,
+    init_phase_encoder,
+)
 
 
 def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
@@ -34,14 +46,15 @@ def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     layers = []
     for layer_key in jax.random.split(k_layers, cfg.n_layers):
         k_attn, k_mlp = jax.random.split(layer_key)
-        layers.append(
-            {
-                "ln_attn": init_layer_norm(fiber, dtype),
-                "attn": init_attention(k_attn, cfg, dtype),
-                "ln_mlp": init_layer_norm(fiber, dtype),
-                "mlp": init_mlp(k_mlp, cfg.width, dtype),
-            }
-        )
+        layer = {
+            "ln_attn": init_layer_norm(fiber, dtype),
+            "attn": init_attention(k_attn, cfg, dtype),
+            "ln_mlp": init_layer_norm(fiber, dtype),
+            "mlp": init_mlp(k_mlp, cfg.width, dtype),
+        }
+        if cfg.zpx.enabled:  # a key of its own, so the standard parameters do not change
+            layer["zpx"] = init_phase_encoder(jax.random.fold_in(layer_key, 7), cfg.width, cfg.zpx.channels, dtype)
+        layers.append(layer)
     return {
         "embed": init_embedding(k_embed, cfg, dtype),
         "readout": init_readout(k_readout, cfg.vocab_size, cfg.dt, cfg.width, dtype),
@@ -55,19 +68,32 @@ def key_padding_mask(inputs: jax.Array) -> jax.Array:
     return jnp.swapaxes(inputs, 1, 2).reshape(inputs.shape[0], -1) != PAD_ID
 
 
+def zpx_scores(layer: dict, u: jax.Array, key_mask: jax.Array, cfg: Rank4Config) -> tuple[jax.Array, jax.Array]:
+    """The ZPX score term (B, P, K) of one layer from its normalised stream u, and the layer's
+    centre-cancellation value over the real positions."""
+    phase = encode_phase(layer["zpx"], u, cfg.zpx.max_log_radius)
+    query_features, key_features = geometric_features(phase, cfg.zpx)
+    return geometric_scores(query_features, key_features), center_cancellation(phase, key_mask)
+
+
 def apply_layer(
     layer: dict, x: jax.Array, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng: jax.Array | None
-) -> jax.Array:
-    """One Pre-LN layer on the stream x (B, P, D): attention branch then MLP branch."""
+) -> tuple[jax.Array, jax.Array]:
+    """One Pre-LN layer on the stream x (B, P, D): attention branch then MLP branch. Returns the new
+    stream and the layer's centre-cancellation value (0 without a ZPX score)."""
     rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(rng)
+    center = jnp.zeros((), x.dtype)
     if cfg.attention == "analytic":  # same forward, §6 hand-derived backward
         attended = attention_block(x, layer["ln_attn"], layer["attn"], key_mask)
     else:
         u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        attended = apply_attention(layer["attn"], u, key_mask, cfg)
+        extra = None
+        if cfg.zpx.enabled:
+            extra, center = zpx_scores(layer, u, key_mask, cfg)
+        attended = apply_attention(layer["attn"], u, key_mask, cfg, extra)
     x = x + dropout(attended, cfg.dropout, rng_attn, train)
     u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
-    return x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train)
+    return x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), center
 
 
 def _input_stream(params: dict, inputs: jax.Array, cfg: Rank4Config) -> tuple[jax.Array, jax.Array]:
@@ -78,19 +104,30 @@ def _input_stream(params: dict, inputs: jax.Array, cfg: Rank4Config) -> tuple[ja
     return x, key_padding_mask(inputs)
 
 
-def hidden_states(
+def hidden_states_and_center(
     params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
-) -> jax.Array:
-    """inputs (B, T, N) int → final-normed stream Y (B, P, D)."""
+) -> tuple[jax.Array, jax.Array]:
+    """inputs (B, T, N) int → (final-normed stream Y (B, P, D), mean over layers of the ZPX
+    centre-cancellation value; 0 for the standard score)."""
     batch = inputs.shape[0]
     chex.assert_shape(inputs, (batch, cfg.n_slices, cfg.n_tokens))
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
     x, key_mask = _input_stream(params, inputs, cfg)
+    centers = []
     for index, layer in enumerate(params["layers"]):
         layer_rng = None if rng is None else jax.random.fold_in(rng, index)
-        x = apply_layer(layer, x, key_mask, cfg, train=train, rng=layer_rng)
-    return layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
+        x, center = apply_layer(layer, x, key_mask, cfg, train=train, rng=layer_rng)
+        centers.append(center)
+    y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
+    return y, jnp.mean(jnp.stack(centers))
+
+
+def hidden_states(
+    params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
+) -> jax.Array:
+    """inputs (B, T, N) int → final-normed stream Y (B, P, D)."""
+    return hidden_states_and_center(params, inputs, cfg, train=train, rng=rng)[0]
 
 
 def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
@@ -102,8 +139,9 @@ def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[ja
     for layer in params["layers"]:
         u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
         q, k, _ = project_qkv(layer["attn"], u)
-        maps.append(attention_weights(q, k, key_mask).reshape((batch, cfg.n_heads) + grid + grid))
-        x = apply_layer(layer, x, key_mask, cfg, train=False, rng=None)
+        extra = zpx_scores(layer, u, key_mask, cfg)[0] if cfg.zpx.enabled else None
+        maps.append(attention_weights(q, k, key_mask, extra).reshape((batch, cfg.n_heads) + grid + grid))
+        x, _ = apply_layer(layer, x, key_mask, cfg, train=False, rng=None)
     return maps
 
 
