@@ -5,10 +5,13 @@ functions over (params, windows). Windows are int32 (B, T+1, N): inputs S(0..T-1
 S(1..T). ``loss_sums`` returns additive sums (see ``rank4jax.models.rank4.losses``) so metrics
 aggregate exactly over batches; ``objective`` is the training loss.
 
-Families: ``rank4`` (the paper's model) and ``baseline`` (the 1-D causal transformer of SPEC §7,
+Families: ``rank4`` (the paper's model), ``baseline`` (the 1-D causal transformer of SPEC §7,
 whose "window" loss is its free-running S(T)+EOS selection loss and whose "last slice" is the
-content tokens of S(T), the same tokens as the rank-4 LS(T)). Later families (ZPX attention, …)
-register a sibling :class:`ModelFamily`.
+content tokens of S(T), the same tokens as the rank-4 LS(T)), and the next-token families over each
+window's token stream (``rank4jax.models.stream``): ``splm`` (seed 004) and ``baseline_lm`` (the
+baseline as a teacher-forced token LM, its matched attention model). For those, "window" sums run
+over every next token (EOS included; perplexity = exp(window_ce)) and "last slice" over the tokens
+of S(T). ZPX scores are a config variant of the rank-4 and baseline families (``model.zpx``).
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rank4jax.errors import ConfigError
-from rank4jax.models import baseline, rank4
-from rank4jax.models.common import EOS_ID, PAD_ID
+from rank4jax.models import baseline, rank4, splm, stream
+from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID
 from rank4jax.models.zpx import zpx_config
 
 
@@ -38,6 +42,9 @@ class ModelFamily:
     # True when loss_sums accepts windows whose token axis was cut to N' < N by
     # ``rank4jax.data.windows.trim_padding`` and returns exactly the sums of the full-width windows.
     trims_padding: bool = False
+    # (params, training windows (n, T+1, N) numpy, cfg) → params: data-derived buffers of a fresh run
+    # (the SPLM's unigram surprisal); checkpoints keep them, so a resumed run never recomputes them.
+    init_from_data: Callable[[Any, Any, Any], Any] | None = None
 
 
 def _rank4_config(section: Mapping, vocab_size: int) -> rank4.Rank4Config:
@@ -127,7 +134,88 @@ BASELINE = ModelFamily(
     count_params=baseline.count_params,
 )
 
-FAMILIES = {RANK4.name: RANK4, BASELINE.name: BASELINE}
+
+def _baseline_lm_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
+    packed = stream.pack_stream(windows)
+    logits = baseline.stream_logits(params, packed["inputs"], cfg, train=train, rng=rng)
+    sums = stream.stream_sums(logits, packed["targets"], packed["last"])
+    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
+    return sums
+
+
+def _baseline_lm_last_slice_ce(params, windows, cfg):
+    packed = stream.pack_stream(windows)
+    logits = baseline.stream_logits(params, packed["inputs"], cfg)
+    return stream.last_state_mean_ce(logits, packed["targets"], packed["last"])
+
+
+# The 1-D baseline as a teacher-forced next-token LM over each window's token stream: the matched
+# attention model for the SPLM (same stream, same loss).
+BASELINE_LM = ModelFamily(
+    name="baseline_lm",
+    make_config=_baseline_config,
+    init=baseline.init_params,
+    loss_sums=_baseline_lm_loss_sums,
+    predict_last=lambda params, inputs, cfg: stream.greedy_last_state(
+        lambda s: baseline.stream_logits(params, s, cfg), inputs, cfg.n_tokens
+    ),
+    last_slice_ce=_baseline_lm_last_slice_ce,
+    count_params=baseline.count_params,
+)
+
+
+def _splm_config(section: Mapping, vocab_size: int) -> splm.SPLMConfig:
+    fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout")
+    extra = section.get("splm")
+    extra = {} if extra is None else (extra.to_dict() if hasattr(extra, "to_dict") else dict(extra))
+    known = {f.name for f in dataclasses.fields(splm.SPLMConfig)} - set(fields) - {"vocab_size", "xi_stop_gradient"}
+    unknown = sorted(set(extra) - known)
+    if unknown:
+        raise ConfigError(f"unknown model.splm key(s) {unknown}; known: {sorted(known)}")
+    if "xi_alphas" in extra:
+        extra["xi_alphas"] = tuple(extra["xi_alphas"])
+    return splm.SPLMConfig(vocab_size=vocab_size, **{f: section[f] for f in fields}, **extra)
+
+
+def _splm_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
+    del train, rng  # no dropout: train and eval compute the same function
+    packed = stream.pack_stream(windows)
+    logits, v_last = splm.forward(params, packed["inputs"], cfg)
+    sums = stream.stream_sums(logits, packed["targets"], packed["last"])
+    real = (packed["inputs"] != PAD_ID).astype(v_last.dtype)
+    v_penalty = jnp.sum(v_last**2 * real) / jnp.maximum(jnp.sum(real), 1)
+    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1) + cfg.lambda_v * v_penalty
+    return sums
+
+
+def _splm_last_slice_ce(params, windows, cfg):
+    packed = stream.pack_stream(windows)
+    logits, _ = splm.forward(params, packed["inputs"], cfg)
+    return stream.last_state_mean_ce(logits, packed["targets"], packed["last"])
+
+
+def _splm_init_from_data(params, train_windows, cfg):
+    """The surprisal table from the training streams' input tokens (BOS + every token)."""
+    tokens = np.asarray(train_windows).reshape(-1)
+    counts = np.bincount(tokens[tokens != PAD_ID], minlength=cfg.vocab_size).astype(np.float64)
+    counts[BOS_ID] += len(train_windows)
+    return splm.set_surprisal(params, counts)
+
+
+SPLM = ModelFamily(
+    name="splm",
+    make_config=_splm_config,
+    init=splm.init_params,
+    loss_sums=_splm_loss_sums,
+    predict_last=lambda params, inputs, cfg: stream.greedy_last_state(
+        lambda s: splm.forward(params, s, cfg)[0], inputs, cfg.n_tokens
+    ),
+    last_slice_ce=_splm_last_slice_ce,
+    count_params=splm.count_params,
+    init_from_data=_splm_init_from_data,
+)
+
+FAMILIES = {f.name: f for f in (RANK4, BASELINE, BASELINE_LM, SPLM)}
 
 
 def get_family(name: str) -> ModelFamily:

@@ -134,6 +134,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         latest = ckpt.latest_step()
         if latest is None:
             state = jax.jit(init_fn, out_shardings=state_sharding)(jax.random.key(config.seed))
+            if family.init_from_data is not None:  # data-derived buffers, then kept by every checkpoint
+                params = family.init_from_data(state.params, data.windows["train"].windows, model_cfg)
+                state = state.replace(params=jax.device_put(params, state_sharding.params))
         else:
             state = ckpt.restore_state(latest, with_shardings(abstract, state_sharding), train_iter)
         n_params = family.count_params(model_cfg)

@@ -21,13 +21,21 @@ class TrainState:
         return jax.random.fold_in(jax.random.wrap_key_data(self.rng), self.step)
 
 
+BUFFERS = "buffers"  # a top-level params entry of fixed, data-derived arrays: never decayed, zero gradient
+
+
+def _decayed(params):
+    """Weight-decay mask: every array except those under params["buffers"]."""
+    return {k: jax.tree_util.tree_map(lambda _, keep=k != BUFFERS: keep, v) for k, v in params.items()}
+
+
 def make_optimizer(optim) -> optax.GradientTransformation:
     """AdamW (lr 3e-4, wd 0.01, β = (0.9, 0.999), ε = 1e-8 in the paper) with optional linear warmup
     and optional global-norm clipping (0 = off)."""
     lr = optim.learning_rate
     if optim.warmup_steps > 0:
         lr = optax.linear_schedule(0.0, optim.learning_rate, optim.warmup_steps)
-    adamw = optax.adamw(lr, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay)
+    adamw = optax.adamw(lr, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay, mask=_decayed)
     if optim.grad_clip_norm > 0:
         return optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), adamw)
     return adamw

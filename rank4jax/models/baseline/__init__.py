@@ -8,6 +8,7 @@ from rank4jax.models.baseline.model import (
     full_logits,
     init_params,
     pack,
+    stream_logits,
     target_sums,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "full_logits",
     "init_params",
     "pack",
+    "stream_logits",
     "target_sums",
 ]

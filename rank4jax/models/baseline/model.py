@@ -218,6 +218,20 @@ def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> ja
     return jnp.concatenate([first[:, None], logits[:, lc:]], axis=1)
 
 
+def stream_logits(params, inputs: jax.Array, cfg: BaselineConfig, *, train=False, rng=None) -> jax.Array:
+    """The baseline as a teacher-forced token LM: one causal pass over a packed stream (B, S) of
+    BOS + tokens (``rank4jax.models.stream``), positions 0..S−1, PAD keys masked → logits (B, S, V)."""
+    batch, slots = inputs.shape
+    chex.assert_shape(inputs, (batch, cfg.context_slots + cfg.n_tokens))  # S = (T+1)·N + 1, the cache's slots
+    if train and cfg.dropout > 0.0 and rng is None:
+        raise ValueError("stream_logits(train=True) with dropout > 0 needs rng")
+    causal = jnp.arange(slots)[:, None] >= jnp.arange(slots)[None, :]
+    key_ok = causal[None] & (inputs != PAD_ID)[:, None, :]
+    x = _embed(params, inputs, jnp.broadcast_to(jnp.arange(slots), (batch, slots)), cfg)
+    logits, _ = _run(params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=train, rng=rng)
+    return logits
+
+
 def _target_terms(logits: jax.Array, targets: jax.Array):
     """Per-target CE (B, J), the selection mask (S(T) and EOS) and the content mask (S(T) only)."""
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)

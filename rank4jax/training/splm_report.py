@@ -1,0 +1,128 @@
+"""The SPLM report (seed 004's model card, at this machine's scale): SPLM-MLP, SPLM-Gaussian and the
+matched causal-attention token LM trained on the same token streams, with validation perplexity,
+parameters, time per step, the V_θ landscape statistics over validation batches and the learned α.
+
+Matching: the SPLM-MLP's hidden width and the attention model's depth are chosen (by parameter
+count from ``jax.eval_shape``) to come closest to the SPLM-Gaussian's count, as on the card.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from rank4jax.data.pipeline import eval_batches
+from rank4jax.models import splm, stream
+from rank4jax.models.family import get_family
+from rank4jax.training.checkpointing import restore_params_numpy
+from rank4jax.training.data_setup import prepare_data
+from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.loop import train
+from rank4jax.training.metrics import read_metrics
+
+CARD = {"attention": 7.81, "splm_mlp": 9.70, "splm_gaussian": 16.33}  # TinyStories validation PPL
+
+
+def _count(config: ml_collections.ConfigDict, vocab_size: int) -> int:
+    family = get_family(config.model_family)
+    return family.count_params(family.make_config(config.model, vocab_size))
+
+
+def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
+    """{"splm_gaussian", "splm_mlp", "attention"} run configs, sized to the Gaussian's parameter count."""
+    gaussian = copy.deepcopy(base)
+    gaussian.model_family, gaussian.model.splm.potential = "splm", "gaussian"
+    target = _count(gaussian, vocab_size)
+    mlp = copy.deepcopy(gaussian)
+    mlp.model.splm.potential = "mlp"
+
+    def with_hidden(width):
+        mlp.model.splm.mlp_hidden = width
+        return abs(_count(mlp, vocab_size) - target)
+
+    mlp.model.splm.mlp_hidden = min(range(8, 4097, 8), key=with_hidden)
+    attention = copy.deepcopy(gaussian)
+    attention.model_family = "baseline_lm"
+
+    def with_layers(layers):
+        attention.model.n_layers = layers
+        return abs(_count(attention, vocab_size) - target)
+
+    attention.model.n_layers = min(range(1, 33), key=with_layers)
+    return {"attention": attention, "splm_mlp": mlp, "splm_gaussian": gaussian}
+
+
+def landscape(workdir: str, windows: np.ndarray, batch_size: int = 64) -> dict:
+    """V_θ(ξ(h_L), h_L) over the real positions of ``windows`` (mean, std, min, max) and the learned α."""
+    params, config, tokenizer, _ = restore_params_numpy(workdir)
+    family = get_family(config.model_family)
+    cfg = family.make_config(config.model, tokenizer.vocab_size)
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+
+    @jax.jit
+    def values(batch):
+        packed = stream.pack_stream(batch)
+        _, v = splm.forward(params, packed["inputs"], cfg)
+        return v, packed["inputs"] != 0
+
+    chunks = []
+    for batch in eval_batches({"w": windows}, batch_size):
+        v, real = jax.device_get(values(jnp.asarray(batch["w"])))
+        chunks.append(v[batch["mask"]][real[batch["mask"]]])
+    v = np.concatenate(chunks)
+    return {
+        "v_mean": float(v.mean()),
+        "v_std": float(v.std()),
+        "v_min": float(v.min()),
+        "v_max": float(v.max()),
+        "alpha": [round(float(a), 3) for a in np.asarray(splm.alphas(params))],
+    }
+
+
+def run_report(base: ml_collections.ConfigDict, workdir: str, label: str) -> dict:
+    data = prepare_data(base, None)
+    configs = matched_configs(base, data.tokenizer.vocab_size)
+    rows = []
+    for name, config in configs.items():
+        run_dir = os.path.join(workdir, name)
+        summary = train(config, run_dir)
+        report = evaluate_run(run_dir, split="validation", num_examples=0, rollout_steps=1)
+        rates = sorted(r["windows_per_s"] for r in read_metrics(run_dir).get("train", [])[1:])
+        row = {
+            "corpus": label,
+            "model": name,
+            "ppl": math.exp(report["window_ce"]),
+            "ls": report["last_slice_ce"],
+            "params": summary["parameters"],
+            "ms_per_step": 1e3 * config.batch_size / rates[len(rates) // 2] if rates else float("nan"),
+            "wall_s": summary["wall_time_total_s"],
+            "card_ppl": CARD[name],
+        }
+        if config.model_family == "splm":
+            row |= landscape(run_dir, data.windows["validation"].windows, config.eval_batch_size)
+        rows.append(row)
+    with open(os.path.join(workdir, "splm_report.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f, indent=2)
+    return {"rows": rows, "table": table_markdown(rows)}
+
+
+def table_markdown(rows: list) -> str:
+    lines = [
+        "| corpus | model | val PPL | val LS(T) | params | ms/step | card PPL | V_θ mean / std / min / max | α |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        land = f"{r['v_mean']:.3f} / {r['v_std']:.3f} / {r['v_min']:.3f} / {r['v_max']:.3f}" if "v_mean" in r else "—"
+        alpha = ", ".join(f"{a:.3f}" for a in r["alpha"]) if "alpha" in r else "—"
+        lines.append(
+            f"| {r['corpus']} | {r['model']} | {r['ppl']:.2f} | {r['ls']:.3f} | {r['params']:,} | "
+            f"{r['ms_per_step']:.1f} | {r['card_ppl']:.2f} | {land} | {alpha} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,130 @@
+"""The semantic-simulation LM (seed 004) and the token-stream families: stream packing by hand, the
+causal EMA, the closed-form Gaussian force against autodiff, V_θ bounds, the model card's parameter
+count, the causal-leak probe (and that it can fail), the surprisal buffer, and a smoke run."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rank4jax import splm_probe
+from rank4jax.errors import ConfigError
+from rank4jax.models import splm, stream
+from rank4jax.models.family import BASELINE_LM, SPLM
+from rank4jax.training.checkpointing import restore_params_numpy
+from rank4jax.training.loop import train
+from rank4jax.training.splm_report import matched_configs
+from rank4jax.training.state import make_optimizer
+from tests.helpers import tiny_config
+
+SIZES = dict(vocab_size=40, n_tokens=4, n_slices=2, dx=4, dt=4, n_heads=2, n_layers=3)
+
+
+def test_pack_stream_by_hand():
+    windows = jnp.array([[[5, 6, 0, 0], [0, 0, 0, 0], [7, 8, 9, 0]], [[0] * 4] * 3])  # (B=2, T+1=3, N=4)
+    packed = stream.pack_stream(windows)
+    assert stream.stream_slots(4, 2) == packed["inputs"].shape[1] == 13
+    np.testing.assert_array_equal(packed["inputs"][0, :7], [2, 5, 6, 7, 8, 9, 0])  # BOS + tokens
+    np.testing.assert_array_equal(packed["targets"][0, :7], [5, 6, 7, 8, 9, 3, 0])  # tokens + EOS
+    np.testing.assert_array_equal(packed["last"][0, :7], [0, 0, 1, 1, 1, 0, 0])  # S(T) = 7 8 9
+    assert not np.any(packed["inputs"][1]) and not np.any(packed["targets"][1])  # a padding row is empty
+
+
+def test_causal_ema_matches_the_definition():
+    with jax.enable_x64(True):
+        h = jax.random.normal(jax.random.key(0), (2, 7, 3), jnp.float64)
+        alpha = jnp.array([0.25, 0.9])
+        xi = splm.causal_ema(h, alpha)
+        for m, a in enumerate([0.25, 0.9]):
+            for t in range(7):
+                w = a ** (t - np.arange(t + 1))
+                expected = (w[:, None] * np.asarray(h[1, : t + 1])).sum(0) / w.sum()
+                np.testing.assert_allclose(xi[1, t, m], expected, rtol=1e-13, atol=1e-14)
+
+
+def test_gaussian_force_is_minus_the_gradient_and_v_is_bounded():
+    with jax.enable_x64(True):
+        cfg = splm.SPLMConfig(**SIZES)
+        params = splm.init_params(jax.random.key(1), cfg, jnp.float64)
+        # perturb every potential parameter so the check is not at a special point
+        params["potential"] = jax.tree_util.tree_map(
+            lambda p: p + 0.3 * jax.random.normal(jax.random.key(2), p.shape, p.dtype), params["potential"]
+        )
+        h = 2.0 * jax.random.normal(jax.random.key(3), (2, 9, cfg.width), jnp.float64)
+        for layer in range(cfg.n_layers):
+            f = splm.force(params, h, layer, cfg)
+            g = -jax.grad(lambda x, layer=layer: jnp.sum(splm.potential_value(params, x, layer, cfg)))(h)
+            assert float(jnp.max(jnp.abs(f - g)) / jnp.max(jnp.abs(g))) <= 1e-10
+        for scale in (0.0, 1e-3, 1e3, 1e8):
+            v = splm.potential_value(params, scale * h, 0, cfg)
+            assert float(v.min()) >= -cfg.xi_channels and float(v.max()) <= 0.0
+            assert bool(jnp.all(jnp.isfinite(v)))
+
+
+def test_model_card_parameter_count():
+    cfg = splm.SPLMConfig(vocab_size=1000, n_tokens=16, n_slices=4, dx=16, dt=16, n_heads=1, n_layers=8)
+    assert splm.count_potential_params(cfg) == 4_227_104  # d = 256, L = 8, 4 channels, 8 wells
+
+
+def test_causal_leak_probe_is_exactly_zero_and_can_fail():
+    for potential in ("gaussian", "mlp"):
+        assert splm_probe.probe(potential) == 0.0
+        assert splm_probe.train_path_probe(potential) == 0.0
+    assert splm_probe.probe("mlp", stop_gradient=False) > 1e-6  # without the stop-gradient it leaks
+
+
+def test_surprisal_buffer_is_add_one_unigram_and_never_trained():
+    counts = np.array([0, 0, 3, 1, 6, 0], np.float64)
+    expected = -np.log((counts + 1) / (counts.sum() + counts.size))
+    np.testing.assert_allclose(splm.unigram_surprisal(counts), expected)
+    cfg = splm.SPLMConfig(**(SIZES | {"vocab_size": 6}))
+    params = splm.set_surprisal(splm.init_params(jax.random.key(0), cfg), counts)
+    optimizer = make_optimizer(tiny_config().optim)
+    grads = jax.grad(lambda p: SPLM.loss_sums(p, jnp.full((2, 3, 4), 4, jnp.int32), cfg)["objective"])(params)
+    assert not np.any(np.asarray(grads["buffers"]["surprisal"]))
+    updates, _ = optimizer.update(grads, optimizer.init(params), params)  # weight decay 0.01 in the config
+    assert not np.any(np.asarray(updates["buffers"]["surprisal"]))
+    assert np.any(np.asarray(updates["embed"]))
+
+
+def test_splm_config_errors():
+    with pytest.raises(ConfigError, match="potential"):
+        splm.SPLMConfig(**SIZES, potential="quadratic")
+    with pytest.raises(ConfigError, match="xi_alphas"):
+        splm.SPLMConfig(**SIZES, xi_alphas=(0.5, 1.0))
+    with pytest.raises(ConfigError, match="dropout"):
+        splm.SPLMConfig(**SIZES, dropout=0.1)
+    config = tiny_config(model_family="splm", **{"model.dropout": 0.0})
+    config.model.splm.wells_per_bank = 3
+    with pytest.raises(ConfigError, match="unknown model.splm"):
+        SPLM.make_config(config.model, 50)
+
+
+def test_matched_configs_come_close_to_the_gaussian_count():
+    config = tiny_config(model_family="splm", **{"model.dropout": 0.0})
+    configs = matched_configs(config, 60)
+    counts = {}
+    for name, c in configs.items():
+        family = SPLM if c.model_family == "splm" else BASELINE_LM
+        counts[name] = family.count_params(family.make_config(c.model, 60))
+    for name in ("attention", "splm_mlp"):
+        assert abs(counts[name] - counts["splm_gaussian"]) / counts["splm_gaussian"] < 0.35, counts
+
+
+@pytest.mark.parametrize("family", ["splm", "baseline_lm"])
+def test_stream_family_trains_resumes_and_evaluates(tmp_path, family):
+    config = tiny_config(model_family=family, num_steps=4, **{"model.dropout": 0.0, "model.splm.potential": "mlp"})
+    summary = train(config, str(tmp_path))
+    assert summary["step"] == 4
+    records = [json.loads(line) for line in open(os.path.join(tmp_path, "metrics.jsonl"), encoding="utf-8")]
+    val = [r for r in records if r["split"] == "validation"]
+    assert val and all(np.isfinite(r["window_ce"]) for r in val)
+    config.num_steps = 6
+    assert train(config, str(tmp_path))["step"] == 6  # resumes
+    if family == "splm":  # the data-derived surprisal travels with the checkpoint
+        params, *_ = restore_params_numpy(str(tmp_path), "latest")
+        surprisal = params["buffers"]["surprisal"]
+        assert surprisal.std() > 0.1 and surprisal.min() < np.log(len(surprisal)) - 1
