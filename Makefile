@@ -22,5 +22,5 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 -q tests
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check rank4jax tests configs bench train.py eval.py
-	$(VENV)/bin/ruff format --check rank4jax tests configs bench train.py eval.py
+	$(VENV)/bin/ruff check rank4jax tests configs bench *.py
+	$(VENV)/bin/ruff format --check rank4jax tests configs bench *.py

@@ -21,7 +21,7 @@ CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "configs" / "*.py")) if no
 
 
 def test_config_files_are_found():
-    assert len(CONFIG_FILES) == 5
+    assert len(CONFIG_FILES) == 6
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES)
@@ -39,6 +39,17 @@ def test_help_lists_flags():
     assert "--workdir" in out.stdout and "--config" in out.stdout and "Traceback" not in out.stderr
     out = run("eval.py", "--help")
     assert "--split" in out.stdout and "--step" in out.stdout and "Traceback" not in out.stderr
+    for script, flag in (("zpx_plan.py", "--center_weight"), ("splm_report.py", "--workdir")):
+        out = run(script, "--help")
+        assert flag in out.stdout and "Traceback" not in out.stderr
+
+
+def test_family_config_errors_are_one_line_before_any_data_is_read(tmp_path):
+    out = run("train.py", f"--workdir={tmp_path}", "--config=configs/splm.py", "--config.model.dropout=0.1")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: the SPLM family has no dropout")
+    out = run("train.py", f"--workdir={tmp_path}", "--config.model.zpx.score=zpx")
+    assert out.returncode == 2 and "zpx.score must be one of" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_unknown_config_key_is_one_clear_error(tmp_path):

@@ -26,7 +26,7 @@ def _check_nonnegative(name: str, value) -> None:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-    get_family(config.model_family)
+    family = get_family(config.model_family)
     for name in ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers"):
         check_positive_int(f"model.{name}", config.model[name])
     check_dropout("model.dropout", config.model.dropout)
@@ -70,6 +70,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"tokenizer.build_on must be 'train' or 'all', got {tok.build_on!r}")
     check_positive_int("tokenizer.min_count", tok.min_count)
     check_positive_int("tokenizer.vocab_size", tok.vocab_size)
+    # the family's own checks (ZPX, SPLM sections …) before any data is read; the real vocabulary
+    # size is only known after tokenizing, so a placeholder that passes the size check stands in
+    family.make_config(config.model, 64)
 
 
 def tokenizer_options(config: ml_collections.ConfigDict) -> dict:
