@@ -25,12 +25,14 @@ def synthetic_windows(batch: int, n_slices: int, n_tokens: int, vocab: int, pad_
     return windows
 
 
-def compiled_train_step(model_cfg, windows, learning_rate: float = 3e-4, weight_decay: float = 0.01, dtype=None):
+def compiled_train_step(
+    model_cfg, windows, learning_rate: float = 3e-4, weight_decay: float = 0.01, dtype=None, family=RANK4
+):
     """(jitted step with donation, initial state, compile seconds, compiled memory analysis)."""
     optimizer = optax.adamw(learning_rate, weight_decay=weight_decay)
-    state = create_train_state(jax.random.key(0), RANK4, model_cfg, optimizer, param_dtype=dtype)
+    state = create_train_state(jax.random.key(0), family, model_cfg, optimizer, param_dtype=dtype)
     step = jax.jit(
-        functools.partial(train_step, family=RANK4, model_cfg=model_cfg, optimizer=optimizer), donate_argnums=0
+        functools.partial(train_step, family=family, model_cfg=model_cfg, optimizer=optimizer), donate_argnums=0
     )
     t0 = time.perf_counter()
     compiled = step.lower(state, windows).compile()
