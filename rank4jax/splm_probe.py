@@ -23,50 +23,34 @@ from rank4jax.models import splm
 LENGTH, CUT, VOCAB = 48, 24, 64
 
 
+def _model_and_streams(potential: str, stop_gradient: bool = True, seed: int = 0):
+    """A fresh float64 model and two streams (LENGTH,) equal before CUT and different at every slot from
+    CUT on. Call inside ``jax.enable_x64``."""
+    cfg = splm.SPLMConfig(
+        vocab_size=VOCAB, n_tokens=8, n_slices=3, dx=4, dt=8, n_heads=1, n_layers=4,
+        potential=potential, mlp_hidden=32, xi_stop_gradient=stop_gradient,
+    )  # fmt: skip
+    params = splm.init_params(jax.random.key(seed), cfg, jnp.float64)
+    rng = np.random.default_rng(seed)
+    a = rng.integers(4, VOCAB, size=LENGTH)
+    b = a.copy()
+    b[CUT:] = (a[CUT:] - 4 + rng.integers(1, VOCAB - 4, size=LENGTH - CUT)) % (VOCAB - 4) + 4
+    return cfg, params, jnp.asarray(a), jnp.asarray(b)
+
+
 def probe(potential: str, stop_gradient: bool = True, seed: int = 0) -> float:
     """max |logit(a) − logit(b)| over slots < CUT for streams a, b equal before CUT."""
     with jax.enable_x64(True):
-        cfg = splm.SPLMConfig(
-            vocab_size=VOCAB,
-            n_tokens=8,
-            n_slices=3,
-            dx=4,
-            dt=8,
-            n_heads=1,
-            n_layers=4,
-            potential=potential,
-            mlp_hidden=32,
-            xi_stop_gradient=stop_gradient,
-        )
-        params = splm.init_params(jax.random.key(seed), cfg, jnp.float64)
-        rng = np.random.default_rng(seed)
-        a = rng.integers(4, VOCAB, size=LENGTH)
-        b = a.copy()
-        b[CUT:] = (a[CUT:] - 4 + rng.integers(1, VOCAB - 4, size=LENGTH - CUT)) % (VOCAB - 4) + 4  # every slot differs
-        logits, _ = jax.jit(lambda p, x: splm.forward(p, x, cfg))(params, jnp.asarray(np.stack([a, b])))
+        cfg, params, a, b = _model_and_streams(potential, stop_gradient, seed)
+        logits, _ = jax.jit(lambda p, x: splm.forward(p, x, cfg))(params, jnp.stack([a, b]))
         return float(jnp.max(jnp.abs(logits[0, :CUT] - logits[1, :CUT])))
 
 
 def train_path_probe(potential: str, seed: int = 0) -> float:
-    """The same probe through the gradient of the training objective restricted to slots < CUT: the
-    loss over the prefix must not depend on the suffix, and neither may its gradient."""
+    """The same probe through the training objective restricted to slots < CUT: the prefix loss must
+    not depend on the suffix, and neither may its gradient."""
     with jax.enable_x64(True):
-        cfg = splm.SPLMConfig(
-            vocab_size=VOCAB,
-            n_tokens=8,
-            n_slices=3,
-            dx=4,
-            dt=8,
-            n_heads=1,
-            n_layers=4,
-            potential=potential,
-            mlp_hidden=32,
-        )
-        params = splm.init_params(jax.random.key(seed), cfg, jnp.float64)
-        rng = np.random.default_rng(seed)
-        a = rng.integers(4, VOCAB, size=LENGTH)
-        b = a.copy()
-        b[CUT:] = (a[CUT:] - 4 + rng.integers(1, VOCAB - 4, size=LENGTH - CUT)) % (VOCAB - 4) + 4  # every slot differs
+        cfg, params, a, b = _model_and_streams(potential, seed=seed)
 
         def prefix_loss(p, x):
             logits, v = splm.forward(p, x[None], cfg)
@@ -75,11 +59,9 @@ def train_path_probe(potential: str, seed: int = 0) -> float:
             return ce + cfg.lambda_v * jnp.mean(v[0, :CUT] ** 2)
 
         grad = jax.jit(jax.value_and_grad(prefix_loss))
-        (la, ga), (lb, gb) = grad(params, jnp.asarray(a)), grad(params, jnp.asarray(b))
-        diffs = [abs(float(la - lb))] + [
-            float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True)
-        ]
-        return max(diffs)
+        (la, ga), (lb, gb) = grad(params, a), grad(params, b)
+        leaves = zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True)
+        return max([abs(float(la - lb))] + [float(jnp.max(jnp.abs(x - y))) for x, y in leaves])
 
 
 def main(argv=None) -> int:

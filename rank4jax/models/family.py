@@ -135,32 +135,37 @@ BASELINE = ModelFamily(
 )
 
 
-def _baseline_lm_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
-    packed = stream.pack_stream(windows)
-    logits = baseline.stream_logits(params, packed["inputs"], cfg, train=train, rng=rng)
-    sums = stream.stream_sums(logits, packed["targets"], packed["last"])
-    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
-    return sums
+def _stream_family(name: str, make_config, init, logits_and_penalty, count_params, **extra) -> ModelFamily:
+    """A next-token family over each window's token stream, from one function
+    ``logits_and_penalty(params, stream_inputs (B, S), cfg, *, train, rng) -> (logits (B, S, V), penalty)``
+    whose penalty (a scalar regulariser) joins the mean next-token CE in the objective."""
+
+    def loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
+        packed = stream.pack_stream(windows)
+        logits, penalty = logits_and_penalty(params, packed["inputs"], cfg, train=train, rng=rng)
+        sums = stream.stream_sums(logits, packed["targets"], packed["last"])
+        sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1) + penalty
+        return sums
+
+    def predict_last(params, inputs, cfg):
+        return stream.greedy_last_state(lambda s: logits_and_penalty(params, s, cfg)[0], inputs, cfg.n_tokens)
+
+    def last_slice_ce(params, windows, cfg):
+        packed = stream.pack_stream(windows)
+        logits, _ = logits_and_penalty(params, packed["inputs"], cfg)
+        return stream.last_state_mean_ce(logits, packed["targets"], packed["last"])
+
+    return ModelFamily(name, make_config, init, loss_sums, predict_last, last_slice_ce, count_params, **extra)
 
 
-def _baseline_lm_last_slice_ce(params, windows, cfg):
-    packed = stream.pack_stream(windows)
-    logits = baseline.stream_logits(params, packed["inputs"], cfg)
-    return stream.last_state_mean_ce(logits, packed["targets"], packed["last"])
+def _baseline_lm_logits(params, inputs, cfg, *, train=False, rng=None):
+    return baseline.stream_logits(params, inputs, cfg, train=train, rng=rng), 0.0
 
 
 # The 1-D baseline as a teacher-forced next-token LM over each window's token stream: the matched
 # attention model for the SPLM (same stream, same loss).
-BASELINE_LM = ModelFamily(
-    name="baseline_lm",
-    make_config=_baseline_config,
-    init=baseline.init_params,
-    loss_sums=_baseline_lm_loss_sums,
-    predict_last=lambda params, inputs, cfg: stream.greedy_last_state(
-        lambda s: baseline.stream_logits(params, s, cfg), inputs, cfg.n_tokens
-    ),
-    last_slice_ce=_baseline_lm_last_slice_ce,
-    count_params=baseline.count_params,
+BASELINE_LM = _stream_family(
+    "baseline_lm", _baseline_config, baseline.init_params, _baseline_lm_logits, baseline.count_params
 )
 
 
@@ -177,21 +182,12 @@ def _splm_config(section: Mapping, vocab_size: int) -> splm.SPLMConfig:
     return splm.SPLMConfig(vocab_size=vocab_size, **{f: section[f] for f in fields}, **extra)
 
 
-def _splm_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
-    del train, rng  # no dropout: train and eval compute the same function
-    packed = stream.pack_stream(windows)
-    logits, v_last = splm.forward(params, packed["inputs"], cfg)
-    sums = stream.stream_sums(logits, packed["targets"], packed["last"])
-    real = (packed["inputs"] != PAD_ID).astype(v_last.dtype)
-    v_penalty = jnp.sum(v_last**2 * real) / jnp.maximum(jnp.sum(real), 1)
-    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1) + cfg.lambda_v * v_penalty
-    return sums
-
-
-def _splm_last_slice_ce(params, windows, cfg):
-    packed = stream.pack_stream(windows)
-    logits, _ = splm.forward(params, packed["inputs"], cfg)
-    return stream.last_state_mean_ce(logits, packed["targets"], packed["last"])
+def _splm_logits(params, inputs, cfg, *, train=False, rng=None):
+    """Logits and λ_V·mean(V_θ²) over the real slots. No dropout: train and eval are the same."""
+    del train, rng
+    logits, v_last = splm.forward(params, inputs, cfg)
+    real = (inputs != PAD_ID).astype(v_last.dtype)
+    return logits, cfg.lambda_v * jnp.sum(v_last**2 * real) / jnp.maximum(jnp.sum(real), 1)
 
 
 def _splm_init_from_data(params, train_windows, cfg):
@@ -202,17 +198,8 @@ def _splm_init_from_data(params, train_windows, cfg):
     return splm.set_surprisal(params, counts)
 
 
-SPLM = ModelFamily(
-    name="splm",
-    make_config=_splm_config,
-    init=splm.init_params,
-    loss_sums=_splm_loss_sums,
-    predict_last=lambda params, inputs, cfg: stream.greedy_last_state(
-        lambda s: splm.forward(params, s, cfg)[0], inputs, cfg.n_tokens
-    ),
-    last_slice_ce=_splm_last_slice_ce,
-    count_params=splm.count_params,
-    init_from_data=_splm_init_from_data,
+SPLM = _stream_family(
+    "splm", _splm_config, splm.init_params, _splm_logits, splm.count_params, init_from_data=_splm_init_from_data
 )
 
 FAMILIES = {f.name: f for f in (RANK4, BASELINE, BASELINE_LM, SPLM)}
