@@ -7,8 +7,9 @@ everywhere.
 ``readout_loss_sums`` is the training path: it starts from the final-normed stream Y and the
 readout factors, takes CE = logsumexp(logits) − target logit with the target logit computed from the
 factors, and counts a token correct when its logit is the row maximum (argmax up to exact ties). No
-gradient flows through an index into the logits, so the backward pass is two matmuls and one fused
-softmax pass — about half the CPU time of autodiff through ``softmax_cross_entropy_with_integer_labels``.
+gradient flows through an index into the logits (no scatter into a (B·P, V) zero tensor). Measured
+side by side (``python -m bench.bench_readout``) it runs on par with autodiff through
+``softmax_cross_entropy_with_integer_labels``; both take about twice the three matmuls' floor.
 """
 
 from __future__ import annotations

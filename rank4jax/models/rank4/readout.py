@@ -7,9 +7,8 @@ Axes: B batch, P = N·T positions, D = dx·dt flattened fiber φ(n, q) = n·dt +
 
 No O(B·N·T·dt·V) intermediate is ever formed: the largest tensors are M (V·D) and the logits.
 
-The target's logit is also available straight from the factors (``target_logits``): gathering it
-from the logits would make the backward pass scatter into a (B·P, V) zero tensor, which costs as
-much as a readout matmul on CPU.
+The target's logit is also available straight from the factors (``target_logits``), so no gradient
+has to flow through an index into the logits.
 """
 
 from __future__ import annotations
