@@ -21,6 +21,12 @@ def count_params(init_fn, cfg) -> int:
     return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
 
 
+def row_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+    """(B, J) values and mask → (B,) mean over each row's masked entries (0 for a row with none)."""
+    mask = mask.astype(values.dtype)
+    return jnp.sum(values * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1)
+
+
 def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:
     """Fixed sinusoid table (SPEC §2), float64 numpy of shape (n_positions, dim).
 

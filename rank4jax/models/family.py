@@ -27,6 +27,7 @@ import numpy as np
 from rank4jax.errors import ConfigError
 from rank4jax.models import baseline, rank4, splm, stream
 from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID
+from rank4jax.models.sizes import section_values
 from rank4jax.models.zpx import zpx_config
 
 
@@ -171,12 +172,8 @@ BASELINE_LM = _stream_family(
 
 def _splm_config(section: Mapping, vocab_size: int) -> splm.SPLMConfig:
     fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout")
-    extra = section.get("splm")
-    extra = {} if extra is None else (extra.to_dict() if hasattr(extra, "to_dict") else dict(extra))
     known = {f.name for f in dataclasses.fields(splm.SPLMConfig)} - set(fields) - {"vocab_size", "xi_stop_gradient"}
-    unknown = sorted(set(extra) - known)
-    if unknown:
-        raise ConfigError(f"unknown model.splm key(s) {unknown}; known: {sorted(known)}")
+    extra = section_values(section.get("splm"), known, "model.splm")
     if "xi_alphas" in extra:
         extra["xi_alphas"] = tuple(extra["xi_alphas"])
     return splm.SPLMConfig(vocab_size=vocab_size, **{f: section[f] for f in fields}, **extra)

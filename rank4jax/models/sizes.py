@@ -21,6 +21,16 @@ def check_dropout(name: str, value) -> float:
     return float(value)
 
 
+def section_values(section, known: set[str], name: str) -> dict:
+    """A run config's sub-section (ConfigDict, mapping or None) as a plain dict; unknown keys are a
+    ConfigError naming them and the section."""
+    values = {} if section is None else (section.to_dict() if hasattr(section, "to_dict") else dict(section))
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown {name} key(s) {unknown}; known: {sorted(known)}")
+    return values
+
+
 def validate_window_model(cfg) -> None:
     """Normalise and check a frozen config's sizes and dropout in place (positive integers, a
     vocabulary that holds the four special tokens, dropout in [0, 1))."""

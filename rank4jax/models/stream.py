@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID
+from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID, row_mean
 
 
 def stream_slots(n_tokens: int, n_slices: int) -> int:
@@ -61,9 +61,7 @@ def stream_sums(logits: jax.Array, targets: jax.Array, last: jax.Array) -> dict:
 
 def last_state_mean_ce(logits: jax.Array, targets: jax.Array, last: jax.Array) -> jax.Array:
     """(B,) mean CE over each window's tokens of S(T) (Story Cloze scoring)."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    last_f = last.astype(ce.dtype)
-    return jnp.sum(ce * last_f, axis=1) / jnp.maximum(jnp.sum(last_f, axis=1), 1)
+    return row_mean(optax.softmax_cross_entropy_with_integer_labels(logits, targets), last)
 
 
 def greedy_last_state(logits_fn, inputs: jax.Array, n_tokens: int) -> jax.Array:

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.common import uniform_fan_in
+from rank4jax.models.sizes import section_values
 
 SCORES = ("standard", "zpx_angle", "zpx_angle_sphere")
 
@@ -77,14 +78,7 @@ class ZPXConfig:
 
 def zpx_config(section) -> ZPXConfig:
     """A ZPXConfig from a run config's ``model.zpx`` section (a mapping; missing keys take defaults)."""
-    if section is None:
-        return ZPXConfig()
-    values = section.to_dict() if hasattr(section, "to_dict") else dict(section)
-    known = {f.name for f in dataclasses.fields(ZPXConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"unknown model.zpx key(s) {unknown}; known: {sorted(known)}")
-    return ZPXConfig(**values)
+    return ZPXConfig(**section_values(section, {f.name for f in dataclasses.fields(ZPXConfig)}, "model.zpx"))
 
 
 def init_phase_encoder(key: jax.Array, width: int, channels: int, dtype=jnp.float32) -> dict:

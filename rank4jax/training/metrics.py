@@ -26,6 +26,14 @@ class MetricsWriter:
             f.write(json.dumps(record) + "\n")
 
 
+def steady_ms_per_step(workdir: str, batch_size: int) -> float:
+    """Median training ms/step over the logged intervals, the first (which holds the compile) left out
+    unless it is the only one; NaN without training records."""
+    train = read_metrics(workdir).get("train", [])
+    rates = sorted(r["windows_per_s"] for r in (train[1:] or train))
+    return 1e3 * batch_size / rates[len(rates) // 2] if rates else float("nan")
+
+
 def read_metrics(workdir: str) -> dict[str, list[dict]]:
     """{split: records sorted by step}, last record per (split, step)."""
     path = os.path.join(workdir, METRICS_FILE)

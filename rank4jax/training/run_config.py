@@ -13,7 +13,6 @@ import ml_collections
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import get_family
 from rank4jax.models.sizes import check_dropout, check_positive_int
-from rank4jax.models.zpx import zpx_config
 from rank4jax.training.sharding import mesh_shape
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
@@ -30,7 +29,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for name in ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers"):
         check_positive_int(f"model.{name}", config.model[name])
     check_dropout("model.dropout", config.model.dropout)
-    zpx_config(config.model.get("zpx"))
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)

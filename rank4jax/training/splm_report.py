@@ -25,7 +25,7 @@ from rank4jax.training.checkpointing import restore_params_numpy
 from rank4jax.training.data_setup import prepare_data
 from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.loop import train
-from rank4jax.training.metrics import read_metrics
+from rank4jax.training.metrics import steady_ms_per_step
 
 CARD = {"attention": 7.81, "splm_mlp": 9.70, "splm_gaussian": 16.33}  # TinyStories validation PPL
 
@@ -94,14 +94,13 @@ def run_report(base: ml_collections.ConfigDict, workdir: str, label: str) -> dic
         run_dir = os.path.join(workdir, name)
         summary = train(config, run_dir)
         report = evaluate_run(run_dir, split="validation", num_examples=0, rollout_steps=1)
-        rates = sorted(r["windows_per_s"] for r in read_metrics(run_dir).get("train", [])[1:])
         row = {
             "corpus": label,
             "model": name,
             "ppl": math.exp(report["window_ce"]),
             "ls": report["last_slice_ce"],
             "params": summary["parameters"],
-            "ms_per_step": 1e3 * config.batch_size / rates[len(rates) // 2] if rates else float("nan"),
+            "ms_per_step": steady_ms_per_step(run_dir, config.batch_size),
             "wall_s": summary["wall_time_total_s"],
             "card_ppl": CARD[name],
         }

@@ -15,7 +15,7 @@ import ml_collections
 
 from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.loop import train
-from rank4jax.training.metrics import read_metrics
+from rank4jax.training.metrics import read_metrics, steady_ms_per_step
 
 VARIANTS = {  # name → model.zpx overrides
     "standard": {"score": "standard", "center_weight": 0.0},
@@ -43,10 +43,7 @@ def run_plan(bases: dict, workdir: str, *, center_weight: float = 0.01, split: s
             run_dir = os.path.join(workdir, f"{label}_{variant.replace('+', '_')}")
             summary = train(config, run_dir)
             report = evaluate_run(run_dir, split=split, num_examples=0, rollout_steps=1)
-            curves = read_metrics(run_dir)
-            val = curves.get("validation", [])
-            # steady state: the median training throughput of the logged intervals (compile excluded)
-            rates = sorted(r["windows_per_s"] for r in curves.get("train", [])[1:] or curves.get("train", []))
+            val = read_metrics(run_dir).get("validation", [])
             rows.append(
                 {
                     "family": label,
@@ -54,7 +51,7 @@ def run_plan(bases: dict, workdir: str, *, center_weight: float = 0.01, split: s
                     "ls": report["last_slice_ce"],
                     "best_val_ls": min((r["last_slice_ce"] for r in val), default=float("nan")),
                     "params": summary["parameters"],
-                    "ms_per_step": 1e3 * config.batch_size / rates[len(rates) // 2] if rates else float("nan"),
+                    "ms_per_step": steady_ms_per_step(run_dir, config.batch_size),
                     "wall_s": summary["wall_time_total_s"],
                     "steps": summary["step"],
                 }

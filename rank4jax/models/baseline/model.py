@@ -257,7 +257,7 @@ def target_sums(logits: jax.Array, targets: jax.Array) -> dict:
 def content_mean_ce(logits: jax.Array, targets: jax.Array) -> jax.Array:
     """(B,) mean CE over each window's content tokens of S(T) (Story Cloze scoring)."""
     ce, _, content = _target_terms(logits, targets)
-    return jnp.sum(ce * content, axis=1) / jnp.maximum(jnp.sum(content, axis=1), 1)
+    return common.row_mean(ce, content)
 
 
 def count_params(cfg: BaselineConfig) -> int:

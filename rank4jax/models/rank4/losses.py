@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.common import PAD_ID
+from rank4jax.models.common import PAD_ID, row_mean
 from rank4jax.models.rank4.readout import apply_readout, target_logits
 
 
@@ -85,5 +85,4 @@ def window_losses(logits: jax.Array, targets: jax.Array) -> dict:
 def last_slice_mean_ce(logits: jax.Array, targets: jax.Array) -> jax.Array:
     """Per-window mean CE over the non-PAD tokens of S(T): (B,). Used for Story Cloze scoring."""
     ce, _, mask = token_cross_entropy(logits, targets)
-    mask_f = mask[:, :, -1].astype(ce.dtype)
-    return jnp.sum(ce[:, :, -1] * mask_f, axis=1) / jnp.maximum(jnp.sum(mask_f, axis=1), 1)
+    return row_mean(ce[:, :, -1], mask[:, :, -1])

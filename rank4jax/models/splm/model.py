@@ -32,7 +32,6 @@ import numpy as np
 from rank4jax.models.common import PAD_ID, normalize, sinusoid_table
 from rank4jax.models.splm import potential as pot
 from rank4jax.models.splm.config import SPLMConfig
-from rank4jax.models.stream import stream_slots
 
 
 def _softplus_inverse(y: float) -> float:
@@ -151,7 +150,3 @@ def count_params(cfg: SPLMConfig) -> int:
 def count_potential_params(cfg: SPLMConfig) -> int:
     shapes = jax.eval_shape(lambda: init_params(jax.random.key(0), cfg))
     return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes["potential"]))
-
-
-def default_slots(cfg: SPLMConfig) -> int:
-    return stream_slots(cfg.n_tokens, cfg.n_slices)
