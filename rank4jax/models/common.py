@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 LN_EPSILON = 1e-5  # SPEC §3 [choice]
 PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # SPEC §1 special token ids (UNK = 1 never needs special handling)
@@ -19,6 +20,22 @@ def count_params(init_fn, cfg) -> int:
     """Parameter count of ``init_fn(key, cfg)`` from ``jax.eval_shape`` (nothing is allocated)."""
     shapes = jax.eval_shape(lambda: init_fn(jax.random.key(0), cfg))
     return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
+
+
+def target_ce_sums(logits: jax.Array, targets: jax.Array, last: jax.Array) -> dict:
+    """Additive CE sums over a sequence of targets (B, J) with logits (B, J, V): every non-PAD target
+    ("window_*", "correct_tokens") and the targets marked ``last`` ("last_slice_*")."""
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    valid = (targets != PAD_ID).astype(ce.dtype)
+    last_f = last.astype(ce.dtype)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(ce.dtype)
+    return {
+        "window_ce_sum": jnp.sum(ce * valid),
+        "window_tokens": jnp.sum(valid),
+        "last_slice_ce_sum": jnp.sum(ce * last_f),
+        "last_slice_tokens": jnp.sum(last_f),
+        "correct_tokens": jnp.sum(correct * valid),
+    }
 
 
 def row_mean(values: jax.Array, mask: jax.Array) -> jax.Array:

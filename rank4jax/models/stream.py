@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID, row_mean
+from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID, row_mean, target_ce_sums
 
 
 def stream_slots(n_tokens: int, n_slices: int) -> int:
@@ -46,17 +46,7 @@ def pack_stream(windows: jax.Array) -> dict:
 def stream_sums(logits: jax.Array, targets: jax.Array, last: jax.Array) -> dict:
     """Additive sums over every real target (tokens and EOS: "window_*") and over the tokens of S(T)
     ("last_slice_*"); perplexity = exp(window_ce_sum / window_tokens)."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    valid = (targets != PAD_ID).astype(ce.dtype)
-    last_f = last.astype(ce.dtype)
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(ce.dtype)
-    return {
-        "window_ce_sum": jnp.sum(ce * valid),
-        "window_tokens": jnp.sum(valid),
-        "last_slice_ce_sum": jnp.sum(ce * last_f),
-        "last_slice_tokens": jnp.sum(last_f),
-        "correct_tokens": jnp.sum(correct * valid),
-    }
+    return target_ce_sums(logits, targets, last)
 
 
 def last_state_mean_ce(logits: jax.Array, targets: jax.Array, last: jax.Array) -> jax.Array:

@@ -243,15 +243,7 @@ def _target_terms(logits: jax.Array, targets: jax.Array):
 def target_sums(logits: jax.Array, targets: jax.Array) -> dict:
     """Sums over targets (B, J): the selection loss covers S(T) and EOS ("window_*"); LS(T) covers
     the content tokens of S(T) only ("last_slice_*"), the same tokens as the rank-4 LS(T)."""
-    ce, valid, content = _target_terms(logits, targets)
-    correct = (jnp.argmax(logits, -1) == targets).astype(ce.dtype)
-    return {
-        "window_ce_sum": jnp.sum(ce * valid),
-        "window_tokens": jnp.sum(valid),
-        "last_slice_ce_sum": jnp.sum(ce * content),
-        "last_slice_tokens": jnp.sum(content),
-        "correct_tokens": jnp.sum(correct * valid),
-    }
+    return common.target_ce_sums(logits, targets, (targets != PAD_ID) & (targets != EOS_ID))
 
 
 def content_mean_ce(logits: jax.Array, targets: jax.Array) -> jax.Array:
