@@ -76,6 +76,10 @@ def get_config() -> ml_collections.ConfigDict:
     # Cut each training batch's trailing all-PAD token columns to a multiple of this (0 = never):
     # exact for the rank-4 loss, fewer positions to compute, at most ⌈N / multiple⌉ compiled shapes.
     c.trim_padding_multiple = 4
+    # Train the rank-4 model on compact batches (rank4jax.data.compact): only the positions whose
+    # input or target token is not PAD, rounded up to 1/compact_buckets of the batch (a few compiled
+    # shapes); exact for the loss. 0 = off (then trim_padding_multiple applies).
+    c.compact_buckets = 16
     c.eval_batch_size = 64
     c.num_steps = 2500
     c.log_every = 50

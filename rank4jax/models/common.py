@@ -80,11 +80,23 @@ def dropout(x: jax.Array, rate: float, rng: jax.Array | None, train: bool) -> ja
         return x
     if rng is None:
         raise ValueError("dropout in train mode needs an rng key")
+    return apply_keep_mask(x, keep_mask(rng, x.shape, rate), rate)
+
+
+def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
+    """The bool keep mask of :func:`dropout` for an input of ``shape``."""
     # 16 random bits per element instead of bernoulli's float draw: about 3x cheaper on CPU. The keep
     # probability is threshold / 2**16 (within 1e-5 of 1 - rate) and the scale matches it exactly.
-    threshold = max(1, min(int(round((1.0 - rate) * 2**16)), 2**16 - 1))
-    keep = jax.random.bits(rng, x.shape, jnp.uint16) < threshold
-    return jnp.where(keep, x * (2**16 / threshold), jnp.zeros_like(x))
+    return jax.random.bits(rng, shape, jnp.uint16) < _keep_threshold(rate)
+
+
+def apply_keep_mask(x: jax.Array, keep: jax.Array, rate: float) -> jax.Array:
+    """x where kept, scaled so the expectation is unchanged; 0 elsewhere."""
+    return jnp.where(keep, x * (2**16 / _keep_threshold(rate)), jnp.zeros_like(x))
+
+
+def _keep_threshold(rate: float) -> int:
+    return max(1, min(int(round((1.0 - rate) * 2**16)), 2**16 - 1))
 
 
 def init_layer_norm(shape: tuple[int, ...], dtype) -> dict:

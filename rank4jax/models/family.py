@@ -43,6 +43,9 @@ class ModelFamily:
     # True when loss_sums accepts windows whose token axis was cut to N' < N by
     # ``rank4jax.data.windows.trim_padding`` and returns exactly the sums of the full-width windows.
     trims_padding: bool = False
+    # cfg → True when loss_sums also accepts a compact batch (``rank4jax.data.compact``: only the
+    # positions that can reach the loss) and returns exactly the sums of the full-width windows.
+    compacts_positions: Callable[[Any], bool] = lambda cfg: False
     # (params, training windows (n, T+1, N) numpy, cfg) → params: data-derived buffers of a fresh run
     # (the SPLM's unigram surprisal); checkpoints keep them, so a resumed run never recomputes them.
     init_from_data: Callable[[Any, Any, Any], Any] | None = None
@@ -56,9 +59,15 @@ def _rank4_config(section: Mapping, vocab_size: int) -> rank4.Rank4Config:
 
 
 def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
-    """Windows may be trimmed to N' ≤ N token columns: the position tables are prefixes of the
+    """``windows`` may be a compact batch (a dict, see ``rank4jax.data.compact``).
+
+    Windows may be trimmed to N' ≤ N token columns: the position tables are prefixes of the
     full ones and the cut columns are PAD keys (zero attention weight) with PAD targets (no loss),
     so a model of width N' gives exactly the full-width sums (dropout masks differ in shape)."""
+    if isinstance(windows, Mapping):
+        sums = rank4.compact_loss_sums(params, windows, cfg, train=train, rng=rng)
+        sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
+        return sums
     n_used = windows.shape[2]
     if n_used > cfg.n_tokens:
         raise ValueError(f"windows have {n_used} token columns, more than n_tokens={cfg.n_tokens}")
@@ -89,6 +98,7 @@ RANK4 = ModelFamily(
     last_slice_ce=_rank4_last_slice_ce,
     count_params=rank4.count_params,
     trims_padding=True,
+    compacts_positions=lambda cfg: not cfg.zpx.enabled and cfg.attention == "autodiff",
 )
 
 

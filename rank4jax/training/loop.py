@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
+from rank4jax.data.compact import compact_windows
 from rank4jax.data.pipeline import train_dataset
 from rank4jax.data.windows import trim_padding
 from rank4jax.errors import CheckpointError, TrainingDivergedError
@@ -143,8 +144,10 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
         eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
         is_main = jax.process_index() == 0
-        # Each process would cut its own rows to its own width, so only a single process trims.
-        trim = config.get("trim_padding_multiple", 0) if family.trims_padding and jax.process_count() == 1 else 0
+        # Each process would cut its own rows to its own shape, so only a single process trims or compacts.
+        single = jax.process_count() == 1
+        compact = config.get("compact_buckets", 0) if single and family.compacts_positions(model_cfg) else 0
+        trim = config.get("trim_padding_multiple", 0) if single and family.trims_padding and not compact else 0
         writer = MetricsWriter(workdir, enabled=is_main)
         saved_config = to_json_dict(config)
         start = int(jax.device_get(state.step))
@@ -173,7 +176,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         with StopRequest() as stop, bar:
             for step in range(start + 1, config.num_steps + 1):
                 rows = next(train_iter)
-                if trim:
+                if compact:
+                    rows = compact_windows(rows, groups=mesh.shape[sharding.DATA_AXIS], buckets=compact)
+                elif trim:
                     rows = trim_padding(rows, trim)
                 batch = sharding.put_batch(rows, batch_sharding)
                 state, metrics = train_step(state, batch)

@@ -32,9 +32,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)
-    trim = config.get("trim_padding_multiple", 0)
-    if isinstance(trim, bool) or not isinstance(trim, int) or trim < 0:
-        raise ConfigError(f"trim_padding_multiple must be a non-negative integer (0 = off), got {trim!r}")
+    for name in ("trim_padding_multiple", "compact_buckets"):
+        value = config.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{name} must be a non-negative integer (0 = off), got {value!r}")
     if config.checkpoint_every % config.eval_every:
         raise ConfigError(
             f"checkpoint_every ({config.checkpoint_every}) must be a multiple of eval_every ({config.eval_every}) "

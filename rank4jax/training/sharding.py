@@ -15,7 +15,6 @@ Batches are assembled from each process's local rows with ``jax.make_array_from_
 from __future__ import annotations
 
 import jax
-import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from rank4jax.errors import ConfigError
@@ -101,6 +100,7 @@ def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
 
 
-def put_batch(local_rows: np.ndarray, sharding: NamedSharding) -> jax.Array:
-    """This process's rows → one global array sharded along the data axis."""
-    return jax.make_array_from_process_local_data(sharding, local_rows)
+def put_batch(local_rows, sharding: NamedSharding):
+    """This process's rows (an array, or a dict of arrays with the same leading axis, such as a
+    compact batch) → global arrays sharded along the data axis."""
+    return jax.tree.map(lambda rows: jax.make_array_from_process_local_data(sharding, rows), local_rows)

@@ -1,5 +1,6 @@
 """The rank-4 (4-tensor) attention model of SPEC.md."""
 
+from rank4jax.models.rank4.compact import compact_loss_sums
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
 from rank4jax.models.rank4.losses import (
@@ -21,6 +22,7 @@ __all__ = [
     "Rank4Config",
     "attention_maps",
     "canonical_shapes",
+    "compact_loss_sums",
     "count_params",
     "export_params",
     "forward",

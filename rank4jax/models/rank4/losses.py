@@ -42,12 +42,27 @@ def readout_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax
     """:func:`window_loss_sums` from Y (B, P, D) and the readout factors Esem (V, dx), W′ (V, dt)."""
     batch, n_slices, n_tokens = targets.shape
     tgt = jnp.swapaxes(targets, 1, 2).reshape(batch, n_tokens * n_slices)  # p = x·T + t, as Y
-    logits = apply_readout(sem, tmp, y)  # (B, P, V)
-    ce = jax.nn.logsumexp(logits, axis=-1) - target_logits(sem, tmp, y, tgt)
+    last = jnp.broadcast_to(jnp.arange(n_tokens * n_slices) % n_slices == n_slices - 1, tgt.shape)
+    return row_loss_sums(y, sem, tmp, tgt, last)
+
+
+def row_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax.Array, last: jax.Array) -> dict:
+    """The sums of :func:`window_loss_sums` over rows: Y (..., R, D), targets (..., R) (PAD: no
+    loss) and ``last`` (..., R) bool, True for the rows of the last input slice."""
+    chex.assert_equal_shape([targets, last])
+    logits = apply_readout(sem, tmp, y)  # (..., R, V)
+    ce = jax.nn.logsumexp(logits, axis=-1) - target_logits(sem, tmp, y, targets)
     frozen = jax.lax.stop_gradient(logits)  # accuracy only: no gradient through the index
-    correct = jnp.take_along_axis(frozen, tgt[..., None], axis=-1)[..., 0] >= jnp.max(frozen, axis=-1)
-    grid = (batch, n_tokens, n_slices)
-    return _sums(ce.reshape(grid), correct.reshape(grid), (tgt != PAD_ID).reshape(grid))
+    correct = jnp.take_along_axis(frozen, targets[..., None], axis=-1)[..., 0] >= jnp.max(frozen, axis=-1)
+    mask = (targets != PAD_ID).astype(ce.dtype)
+    last = last.astype(ce.dtype) * mask
+    return {
+        "window_ce_sum": jnp.sum(ce * mask),
+        "window_tokens": jnp.sum(mask),
+        "last_slice_ce_sum": jnp.sum(ce * last),
+        "last_slice_tokens": jnp.sum(last),
+        "correct_tokens": jnp.sum(correct.astype(ce.dtype) * mask),
+    }
 
 
 def _sums(ce: jax.Array, correct: jax.Array, mask: jax.Array) -> dict:
