@@ -1,20 +1,27 @@
 """rank4jax train and eval step throughput against the eager PyTorch peer, side by side.
 
-    python -m bench.bench_throughput [--pairs 5] [--sizes small,medium] [--torch ../shared/bench/torch_rank4.py]
+    python -m bench.bench_throughput [--pairs 5] [--sizes small,medium] [--windows synthetic,real]
     python -m bench.bench_throughput --sizes paper --dtypes float32,bfloat16 --torch ''   # on a GPU
 
 Sizes: small (dx=16, dt=8, H=2, L=2, V=4000, N=16, T=4, B=32), medium (dx=32, dt=16, B=16) and
-paper (dx=64, dt=32, H=4, L=2, V=36,711, B=32). For each size and parameter dtype it reports the
-rank4jax train step — at full width N and on the windows cut to their used width N' by
-``trim_padding`` (what training runs) — and the forward-only eval step: windows/s, tokens/s
-(N·T positions per window), model FLOPs per window counted analytically at full width, achieved
-GFLOP/s and its ratio to this machine's matmul peak in that dtype (measured in the same run),
-compile time and compiled peak memory. It then runs the PyTorch script (``torch_rank4.py``, which
-needs ``pip install torch``) and the trimmed rank4jax step alternately, ``--pairs`` times, and prints
-the ratio of the medians. Before timing, the same parameters are loaded into the PyTorch model and
-both losses are computed on the same windows in eval mode (float32), so "the same numerics" is
-checked, not assumed. The synthetic windows are the PyTorch script's: random tokens with the last 3
-positions of every state PAD.
+paper (dx=64, dt=32, H=4, L=2, V=36,711, B=32). Windows: ``synthetic`` are the PyTorch script's
+(random tokens, the last 3 positions of every state PAD); ``real`` are Story Cloze sentences
+(``../shared/data``; the built-in corpus when absent) at the same N and T, where many more
+positions are PAD.
+
+For each size, window kind and parameter dtype it reports the rank4jax train step on three layouts
+of the same windows — full width N, cut to the used width N' (``trim_padding``) and the compact
+batch (``compact_windows``: only positions whose input or target is not PAD; what training runs)
+— and the forward-only eval step: windows/s, tokens/s (N·T positions per window), model FLOPs per
+window counted analytically at full width, achieved GFLOP/s (full-width FLOPs, so a layout that
+skips work shows above the arithmetic it does) and its ratio to this machine's matmul peak in that
+dtype (measured in the same run), compile time and compiled peak memory.
+
+It then runs the PyTorch peer and the rank4jax steps alternately, ``--pairs`` times, and prints the
+ratios of the medians. On synthetic windows the peer is ``torch_rank4.py`` itself; on real windows it
+is the same model class and step on the same windows (``bench/torch_peer_windows.py``). Before
+timing, the same parameters are loaded into the PyTorch model and both losses are computed on the
+same windows in eval mode (float32) for every layout, so "the same numerics" is checked, not assumed.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax
@@ -34,7 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import rank4jax
-from bench.common import compiled_train_step, peak_bytes, run_steps, step_timer, synthetic_windows
+from bench.common import compiled_train_step, peak_bytes, real_windows, run_steps, step_timer, synthetic_windows
+from rank4jax.data.compact import compact_size, compact_windows
 from rank4jax.data.windows import trim_padding
 from rank4jax.models.family import RANK4
 
@@ -45,6 +54,7 @@ SIZES = {
     "paper": {**SMALL, "dx": 64, "dt": 32, "n_heads": 4, "vocab_size": 36_711, "batch": 32},
 }
 DEFAULT_TORCH = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "bench", "torch_rank4.py")
+PEER_ON_WINDOWS = os.path.join(os.path.dirname(__file__), "torch_peer_windows.py")
 
 
 def forward_flops_per_window(cfg: rank4jax.Rank4Config) -> int:
@@ -88,14 +98,20 @@ def torch_args(spec: dict) -> list[str]:
     return [arg for flag, key in names.items() for arg in (f"--{flag}", str(spec[key]))]
 
 
-def torch_windows_per_s(script: str, spec: dict, steps: int) -> float:
-    args = [sys.executable, script, *torch_args(spec), "--steps", str(steps)]
+def torch_windows_per_s(script: str, spec: dict, steps: int, windows_file: str | None = None) -> float:
+    """The peer's windows/s: its own script on its own windows, or its step on ``windows_file``."""
+    if windows_file is None:
+        args = [sys.executable, script, *torch_args(spec), "--steps", str(steps)]
+    else:
+        flags = dict(dx="dx", dt="dt", H="n_heads", L="n_layers", V="vocab_size")  # N, T, B: the file's shape
+        dims = [arg for flag, key in flags.items() for arg in (f"--{flag}", str(spec[key]))]
+        args = [sys.executable, PEER_ON_WINDOWS, script, windows_file, *dims, "--steps", str(steps)]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"torch_windows_per_s=([0-9.]+)", out).group(1))
 
 
-def torch_loss_gap(script: str, cfg: rank4jax.Rank4Config, params: dict, windows: np.ndarray) -> tuple[float, float]:
-    """(rank4jax loss, |rank4jax − PyTorch|) in eval mode on the same parameters and windows."""
+def torch_loss(script: str, cfg: rank4jax.Rank4Config, params: dict, windows: np.ndarray) -> float:
+    """The PyTorch model's eval-mode loss with rank4jax's parameters on ``windows``."""
     import torch
 
     spec = importlib.util.spec_from_file_location("torch_rank4", script)
@@ -123,41 +139,69 @@ def torch_loss_gap(script: str, cfg: rank4jax.Rank4Config, params: dict, windows
         logits = model(win[:, :-1])
         tgt = win[:, 1:].transpose(1, 2)
         ref = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), tgt.reshape(-1), ignore_index=0)
-    ours = float(RANK4.loss_sums(params, jnp.asarray(trim_padding(windows)), cfg)["objective"])
-    return ours, abs(ours - float(ref))
+    return float(ref)
 
 
 def report(label: str, batch: int, positions: int, seconds: float, flops: int, peak: float, compile_s, memory):
     gflops = batch * flops / seconds / 1e9
     print(
-        f"{label:<28} {batch / seconds:9.1f} windows/s {batch * positions / seconds:10.0f} tokens/s "
+        f"{label:<36} {batch / seconds:9.1f} windows/s {batch * positions / seconds:10.0f} tokens/s "
         f"{flops / 1e6:9.1f} MFLOP/window {gflops:8.1f} GFLOP/s ({gflops / peak:.2f} of peak) "
         f"compile {compile_s:5.2f} s  peak memory {memory / 2**20:8.1f} MiB"
     )
 
 
-def bench_size(size: str, spec: dict, dtype, args, peak: float) -> None:
+def batch_layouts(windows: np.ndarray) -> dict:
+    """The train step's inputs: full width, cut to the used width, and the compact batch (training's)."""
+    return {"full": windows, "trimmed": trim_padding(windows), "compact": compact_windows(windows)}
+
+
+def layout_label(name: str, batch, cfg) -> str:
+    if name == "full":
+        return f"N={cfg.n_tokens}"
+    if name == "trimmed":
+        return f"N'={batch.shape[2]}"
+    rows, target_rows, slots = compact_size(batch)
+    return f"compact R={rows} Rt={target_rows} S={slots}"
+
+
+def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> None:
     model = {k: v for k, v in spec.items() if k != "batch"}
     cfg = rank4jax.Rank4Config(**model, dropout=0.1)
     batch, positions = spec["batch"], cfg.n_tokens * cfg.n_slices
-    windows = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size)
-    trimmed = trim_padding(windows)
+    if kind == "synthetic":
+        windows, source = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size), "peer's random"
+    else:
+        windows, source = real_windows(batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size)
+    layouts = batch_layouts(windows)
     fwd = forward_flops_per_window(cfg)
-    tag = f"{size} {jnp.dtype(dtype).name}"
+    tag = f"{size} {jnp.dtype(dtype).name} {kind}"
+    print(f"{tag}: {source} windows, {np.mean(windows[:, 1:] != 0):.0%} of target positions real")
     runs = {}
-    for name, rows in (("full", windows), ("trimmed", trimmed)):
+    for name, rows in layouts.items():
+        rows = jax.tree.map(jnp.asarray, rows)
         compiled, state, compile_s, memory = compiled_train_step(cfg, rows, dtype=dtype)
         runs[name] = {"step": compiled, "state": run_steps(compiled, state, rows, 2)[1], "batch": rows}
         runs[name]["figures"] = (compile_s, peak_bytes(memory))
-    params = jax.tree_util.tree_map(jnp.copy, runs["trimmed"]["state"].params)  # the train step donates its state
+    params = jax.tree_util.tree_map(jnp.copy, runs["compact"]["state"].params)  # the train step donates its state
+    eval_rows = jnp.asarray(layouts["trimmed"])
     eval_fn = jax.jit(functools.partial(RANK4.loss_sums, cfg=cfg))
     t0 = time.perf_counter()
-    eval_compiled = eval_fn.lower(params, trimmed).compile()
+    eval_compiled = eval_fn.lower(params, eval_rows).compile()
     eval_compile_s = time.perf_counter() - t0
-    jax.block_until_ready(eval_compiled(params, trimmed))
-    if args.torch and dtype == jnp.float32:
-        ours, gap = torch_loss_gap(args.torch, cfg, params, windows)
-        print(f"{tag:<28} same windows and parameters, eval mode: loss {ours:.6f}, |rank4jax - torch| = {gap:.2e}")
+    jax.block_until_ready(eval_compiled(params, eval_rows))
+    peer = args.torch and dtype == jnp.float32
+    if peer:
+        ref = torch_loss(args.torch, cfg, params, windows)
+        gaps = {n: abs(float(RANK4.loss_sums(params, r["batch"], cfg)["objective"]) - ref) for n, r in runs.items()}
+        print(
+            f"{tag:<36} same windows and parameters, eval mode: torch loss {ref:.6f}; |rank4jax - torch| = "
+            + ", ".join(f"{gap:.2e} ({name})" for name, gap in gaps.items())
+        )
+    windows_file = None
+    if peer and kind != "synthetic":
+        windows_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
+        np.save(windows_file, windows)
 
     timers = {name: step_timer(run, args.steps) for name, run in runs.items()}
     times = {name: [] for name in runs}
@@ -165,28 +209,22 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float) -> None:
     for _ in range(args.pairs):
         for name, timer in timers.items():
             times[name].append(timer())
-        if args.torch and dtype == jnp.float32:
-            torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps))
-    eval_s = statistics.median(eval_seconds(eval_compiled, params, trimmed, args.steps) for _ in range(3))
-    for name in runs:
-        width = f"N={cfg.n_tokens}" if name == "full" else f"N'={runs[name]['batch'].shape[2]}"
-        report(
-            f"{tag} train {width}",
-            batch,
-            positions,
-            statistics.median(times[name]),
-            3 * fwd,
-            peak,
-            *runs[name]["figures"],
-        )
+        if peer:
+            torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps, windows_file))
+    eval_s = statistics.median(eval_seconds(eval_compiled, params, eval_rows, args.steps) for _ in range(3))
+    for name, run in runs.items():
+        seconds = statistics.median(times[name])
+        label = f"{tag} train {layout_label(name, layouts[name], cfg)}"
+        report(label, batch, positions, seconds, 3 * fwd, peak, *run["figures"])
     eval_figures = (eval_compile_s, peak_bytes(eval_compiled.memory_analysis()))
-    report(f"{tag} eval N'={trimmed.shape[2]}", batch, positions, eval_s, fwd, peak, *eval_figures)
+    report(f"{tag} eval N'={eval_rows.shape[2]}", batch, positions, eval_s, fwd, peak, *eval_figures)
     if torch_rates:
         torch_median = statistics.median(torch_rates)
-        full, fast = (batch / statistics.median(times[n]) for n in ("full", "trimmed"))
+        ratios = {name: batch / statistics.median(times[name]) / torch_median for name in runs}
         print(
-            f"{tag:<28} torch {torch_median:9.1f} windows/s (median of {len(torch_rates)}); rank4jax / torch = "
-            f"{fast / torch_median:.2f} (trimmed, as trained), {full / torch_median:.2f} (full width)"
+            f"{tag:<36} torch {torch_median:9.1f} windows/s (median of {len(torch_rates)}); rank4jax / torch = "
+            f"{ratios['compact']:.2f} (compact, as trained), {ratios['trimmed']:.2f} (trimmed), "
+            f"{ratios['full']:.2f} (full width)"
         )
 
 
@@ -196,6 +234,12 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--sizes", default="small,medium", help=f"comma-separated, from {sorted(SIZES)}")
     ap.add_argument("--dtypes", default="float32", help="parameter dtypes, comma-separated: float32, bfloat16")
+    ap.add_argument(
+        "--windows",
+        default="synthetic,real",
+        help="synthetic (the peer's random tokens, last 3 positions PAD) and/or real (Story Cloze sentences "
+        "from ../shared/data when present, else the built-in corpus)",
+    )
     ap.add_argument("--torch", default=DEFAULT_TORCH, help="path of torch_rank4.py ('' to skip)")
     args = ap.parse_args()
     if args.torch and not os.path.isfile(args.torch):
@@ -208,8 +252,9 @@ def main():
             f"{dtype_name} matmul peak (chained square matmuls, jitted): {peak:.1f} GFLOP/s "
             f"on {device.platform} {device.device_kind}"
         )
-        for size in args.sizes.split(","):
-            bench_size(size, SIZES[size], dtype, args, peak)
+        for kind in args.windows.split(","):
+            for size in args.sizes.split(","):
+                bench_size(size, SIZES[size], dtype, args, peak, kind)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ compiled-memory figures. Benchmarks report ratios measured side by side in one r
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 
@@ -23,6 +24,23 @@ def synthetic_windows(batch: int, n_slices: int, n_tokens: int, vocab: int, pad_
     if pad_tail:
         windows[:, :, n_tokens - pad_tail :] = 0
     return windows
+
+
+def real_windows(batch: int, n_tokens: int, n_slices: int, vocab: int, seed: int = 0) -> tuple[np.ndarray, str]:
+    """``batch`` training windows of real sentences at N, T: Story Cloze (``configs/storycloze.py``'s
+    data) when ``../shared/data`` is present, else the built-in corpus. Ids ≥ ``vocab`` become UNK."""
+    from configs import default, storycloze
+    from rank4jax.data.tokenizers import UNK_ID
+    from rank4jax.training.data_setup import prepare_data
+
+    config = storycloze.get_config()
+    if not os.path.isfile(config.data.path):
+        config = default.get_config()
+    config.model.n_tokens, config.model.n_slices = n_tokens, n_slices
+    data = prepare_data(config)
+    windows = data.windows["train"].windows
+    chosen = windows[np.random.default_rng(seed).choice(len(windows), batch, replace=False)]
+    return np.where(chosen >= vocab, UNK_ID, chosen).astype(np.int32), data.source
 
 
 def compiled_train_step(

@@ -1,0 +1,53 @@
+"""The PyTorch peer's train step (``../shared/bench/torch_rank4.py``: its model class, AdamW and
+step body, unchanged) timed on windows read from a .npy file instead of its own random ones, so
+both frameworks can be timed on the same real sentences.
+
+    python bench/torch_peer_windows.py PEER_SCRIPT WINDOWS.npy --dx 16 --dt 8 --H 2 --L 2 --V 4000 --steps 10
+
+prints one line: torch_windows_per_s=<float>
+"""
+
+import argparse
+import importlib.util
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("peer")
+    ap.add_argument("windows")
+    for k, v in dict(dx=16, dt=8, H=2, L=2, V=4000, steps=20, warmup=3).items():
+        ap.add_argument(f"--{k}", type=int, default=v)
+    a = ap.parse_args()
+    spec = importlib.util.spec_from_file_location("torch_rank4", a.peer)
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    torch.manual_seed(0)
+    win = torch.from_numpy(np.load(a.windows).astype(np.int64))  # (B, T+1, N)
+    batch, n_states, n_tokens = win.shape
+    m = peer.Rank4(a.V, a.dx, a.dt, a.H, a.L, n_tokens, n_states - 1)
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
+
+    def step():  # the peer's step, verbatim
+        logits = m(win[:, :-1])
+        tgt = win[:, 1:].transpose(1, 2)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(a.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    print(f"torch_windows_per_s={batch * a.steps / (time.perf_counter() - t0):.2f}")
+
+
+if __name__ == "__main__":
+    main()
