@@ -98,14 +98,16 @@ def torch_args(spec: dict) -> list[str]:
     return [arg for flag, key in names.items() for arg in (f"--{flag}", str(spec[key]))]
 
 
-def torch_windows_per_s(script: str, spec: dict, steps: int, windows_file: str | None = None) -> float:
+def torch_windows_per_s(
+    script: str, spec: dict, steps: int, windows_file: str | None = None, device: str = "cpu"
+) -> float:
     """The peer's windows/s: its own script on its own windows, or its step on ``windows_file``."""
-    if windows_file is None:
+    if windows_file is None and device == "cpu":
         args = [sys.executable, script, *torch_args(spec), "--steps", str(steps)]
     else:
         flags = dict(dx="dx", dt="dt", H="n_heads", L="n_layers", V="vocab_size")  # N, T, B: the file's shape
         dims = [arg for flag, key in flags.items() for arg in (f"--{flag}", str(spec[key]))]
-        args = [sys.executable, PEER_ON_WINDOWS, script, windows_file, *dims, "--steps", str(steps)]
+        args = [sys.executable, PEER_ON_WINDOWS, script, windows_file, *dims, "--steps", str(steps), "--device", device]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"torch_windows_per_s=([0-9.]+)", out).group(1))
 
@@ -171,6 +173,8 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
     batch, positions = spec["batch"], cfg.n_tokens * cfg.n_slices
     if kind == "synthetic":
         windows, source = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size), "peer's random"
+    elif args.real_windows:
+        windows, source = np.load(args.real_windows)[:batch], args.real_windows
     else:
         windows, source = real_windows(batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size)
     layouts = batch_layouts(windows)
@@ -199,7 +203,7 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
             + ", ".join(f"{gap:.2e} ({name})" for name, gap in gaps.items())
         )
     windows_file = None
-    if peer and kind != "synthetic":
+    if peer and (kind != "synthetic" or args.torch_device != "cpu"):
         windows_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
         np.save(windows_file, windows)
 
@@ -210,7 +214,7 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
         for name, timer in timers.items():
             times[name].append(timer())
         if peer:
-            torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps, windows_file))
+            torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps, windows_file, args.torch_device))
     eval_s = statistics.median(eval_seconds(eval_compiled, params, eval_rows, args.steps) for _ in range(3))
     for name, run in runs.items():
         seconds = statistics.median(times[name])
@@ -240,6 +244,8 @@ def main():
         help="synthetic (the peer's random tokens, last 3 positions PAD) and/or real (Story Cloze sentences "
         "from ../shared/data when present, else the built-in corpus)",
     )
+    ap.add_argument("--real-windows", default="", help="a .npy of real (W, T+1, N) windows to use instead")
+    ap.add_argument("--torch-device", default="cpu", help="where the peer runs: cpu (its own script) or cuda")
     ap.add_argument("--torch", default=DEFAULT_TORCH, help="path of torch_rank4.py ('' to skip)")
     args = ap.parse_args()
     if args.torch and not os.path.isfile(args.torch):

@@ -2,7 +2,10 @@
 step body, unchanged) timed on windows read from a .npy file instead of its own random ones, so
 both frameworks can be timed on the same real sentences.
 
-    python bench/torch_peer_windows.py PEER_SCRIPT WINDOWS.npy --dx 16 --dt 8 --H 2 --L 2 --V 4000 --steps 10
+    python bench/torch_peer_windows.py PEER WINDOWS.npy --dx 16 --dt 8 --H 2 --L 2 --V 4000 --steps 10 [--device cuda]
+
+``--device cuda`` moves the peer's model and windows to the GPU (its step syncs every step through
+``loss.item()``); PyTorch's float32 matmuls there are full float32 unless TF32 is switched on.
 
 prints one line: torch_windows_per_s=<float>
 """
@@ -22,14 +25,15 @@ def main():
     ap.add_argument("windows")
     for k, v in dict(dx=16, dt=8, H=2, L=2, V=4000, steps=20, warmup=3).items():
         ap.add_argument(f"--{k}", type=int, default=v)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     spec = importlib.util.spec_from_file_location("torch_rank4", a.peer)
     peer = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(peer)
     torch.manual_seed(0)
-    win = torch.from_numpy(np.load(a.windows).astype(np.int64))  # (B, T+1, N)
+    win = torch.from_numpy(np.load(a.windows).astype(np.int64)).to(a.device)  # (B, T+1, N)
     batch, n_states, n_tokens = win.shape
-    m = peer.Rank4(a.V, a.dx, a.dt, a.H, a.L, n_tokens, n_states - 1)
+    m = peer.Rank4(a.V, a.dx, a.dt, a.H, a.L, n_tokens, n_states - 1).to(a.device)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
 
     def step():  # the peer's step, verbatim
