@@ -163,8 +163,8 @@ def layout_label(name: str, batch, cfg) -> str:
         return f"N={cfg.n_tokens}"
     if name == "trimmed":
         return f"N'={batch.shape[2]}"
-    rows, target_rows, slots = compact_size(batch)
-    return f"compact R={rows} Rt={target_rows} S={slots}"
+    rows, target_rows = compact_size(batch)
+    return f"compact R={rows} Rt={target_rows}"
 
 
 def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> None:

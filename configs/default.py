@@ -78,8 +78,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.trim_padding_multiple = 4
     # Train the rank-4 model on compact batches (rank4jax.data.compact): only the positions whose
     # input or target token is not PAD, rounded up to 1/compact_buckets of the batch (a few compiled
-    # shapes); exact for the loss. 0 = off (then trim_padding_multiple applies).
-    c.compact_buckets = 16
+    # shapes); exact for the loss. 0 = off (then trim_padding_multiple applies). Off for this tiny
+    # model (D = 32), whose step is overhead-bound: 16.1 vs 13.1 ms/step measured; the Story Cloze
+    # and paper configs (D ≥ 128) turn it on.
+    c.compact_buckets = 0
     c.eval_batch_size = 64
     c.num_steps = 2500
     c.log_every = 50

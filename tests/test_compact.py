@@ -46,23 +46,24 @@ def test_compact_rows_are_the_positions_that_reach_the_loss(groups):
     cfg = _cfg()
     w = _windows(cfg)
     batch = compact_windows(w, groups=groups, buckets=4)
-    n_rows, n_target_rows, n_slots = compact_size(batch)
+    n_rows, n_target_rows = compact_size(batch)
     per_group, positions = len(w) // groups, cfg.n_tokens * cfg.n_slices
     multiple = -(-per_group * positions // 4)
     assert n_rows % multiple == 0 and n_target_rows % multiple == 0 and n_target_rows <= n_rows
-    assert n_slots % 8 == 0 or n_slots == positions
+    assert batch["grid"].shape == (groups, per_group, positions)
     inputs = np.swapaxes(w[:, :-1], 1, 2).reshape(len(w), -1)  # (B, P), p = x·T + t
     targets = np.swapaxes(w[:, 1:], 1, 2).reshape(len(w), -1)
     for g in range(groups):
         grid, slot = batch["grid"][g].reshape(-1), batch["slot"][g]
         used = grid < n_rows
         assert np.array_equal(slot[grid[used]], np.flatnonzero(used))  # slot ∘ grid = identity
-        real_rows = np.flatnonzero(slot < per_group * n_slots)
+        real_rows = np.flatnonzero(slot < per_group * positions)
         assert np.array_equal(np.sort(grid[used]), real_rows)  # every real row sits in one slot
         got = set()
         for row in real_rows:
-            window = g * per_group + slot[row] // n_slots
+            window = g * per_group + slot[row] // positions
             p = batch["position"][g, row] * cfg.n_slices + batch["slice"][g, row]
+            assert slot[row] % positions == p  # each position keeps its place in the grid
             assert batch["tokens"][g, row] == inputs[window, p]
             if row < n_target_rows:
                 assert batch["targets"][g, row] == targets[window, p]
@@ -77,7 +78,7 @@ def test_compact_rows_are_the_positions_that_reach_the_loss(groups):
             if inputs[b, p] or targets[b, p] or not inputs[b].any()  # a window without keys stays whole
         }
         assert got == expected
-        assert np.all(batch["tokens"][g, slot == per_group * n_slots] == 0)  # filler rows are PAD
+        assert np.all(batch["tokens"][g, slot == per_group * positions] == 0)  # filler rows are PAD
 
 
 def test_compact_windows_rejects_bad_arguments():

@@ -1,8 +1,8 @@
 """Compact batches: only the window positions that can reach the loss (host side, numpy).
 
-Axes: B windows, T input slices, N tokens per state, P = N·T positions (x, t) of a window, G groups
-(one per data shard; the leading axis of every array, split across devices), W = B/G windows per
-group, R rows per group, R_t ≤ R rows with a target, S attention slots per window.
+Axes: B windows, T input slices, N tokens per state, P = N·T positions (x, t) of a window, p = x·T + t,
+G groups (one per data shard; the leading axis of every array, split across devices), W = B/G
+windows per group, R rows per group, R_t ≤ R rows with a target.
 
 A position (x, t) of a window matters when its input token S(t)[x] is not PAD (it is a key of every
 query of the window) or its target S(t+1)[x] is not PAD (its logits enter the loss). Every other
@@ -19,16 +19,16 @@ filler rows (PAD input, PAD target). Arrays (int32):
     position (G, R)     x, the token position of the row (for the position tables)
     slice    (G, R)     t, the input slice of the row
     targets  (G, R_t)   target token of the first R_t rows (PAD: no loss)
-    grid     (G, W, S)  row of each window's s-th position in (x, t) order; R where the slot is empty
-    slot     (G, R)     the row's index in the flattened (W·S) grid; W·S for filler rows
+    grid     (G, W, P)  row of each window's position p; R where the position was left out
+    slot     (G, R)     the row's index w·P + p in the flattened (W·P) grid; W·P for filler rows
 
 ``grid`` and ``slot`` are inverse maps (each row sits in at most one slot), so moving a (G, R, ·)
 tensor to the grid and back are both plain gathers, in the forward and the backward pass.
 A window without any input token keeps all P positions (its queries then attend uniformly to its
 PAD keys, exactly as at full width).
 
-R and R_t are rounded up to a multiple of ⌈W·P / buckets⌉ and S to a multiple of 8 (at most P), so a
-jitted step sees only a few distinct shapes.
+R and R_t are rounded up to a multiple of ⌈W·P / buckets⌉, so a jitted step sees only a few distinct
+shapes (2–3 over a Story Cloze or built-in-corpus run with the default 8 buckets).
 """
 
 from __future__ import annotations
@@ -37,13 +37,9 @@ import numpy as np
 
 from rank4jax.data.tokenizers import PAD_ID
 
-KEYS = ("tokens", "position", "slice", "targets", "grid", "slot")
-SLOT_MULTIPLE = 8
 
-
-def _round_up(value: int, multiple: int, cap: int | None = None) -> int:
-    rounded = max(multiple, -(-value // multiple) * multiple)
-    return rounded if cap is None else min(rounded, cap)
+def _round_up(value: int, multiple: int) -> int:
+    return max(multiple, -(-value // multiple) * multiple)
 
 
 def _group_positions(windows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -59,7 +55,7 @@ def _group_positions(windows: np.ndarray) -> tuple[list[np.ndarray], list[np.nda
     return with_target, key_only
 
 
-def compact_windows(windows: np.ndarray, groups: int = 1, buckets: int = 16) -> dict[str, np.ndarray]:
+def compact_windows(windows: np.ndarray, groups: int = 1, buckets: int = 8) -> dict[str, np.ndarray]:
     """windows (B, T+1, N) int → a compact batch (see the module docstring), B divisible by ``groups``."""
     batch, n_states, n_tokens = windows.shape
     n_slices = n_states - 1
@@ -78,15 +74,14 @@ def compact_windows(windows: np.ndarray, groups: int = 1, buckets: int = 16) -> 
     n_target_rows = max(sum(len(with_target[b]) for b in m) for m in members)
     n_rows = _round_up(n_rows, row_multiple)
     n_target_rows = min(_round_up(n_target_rows, row_multiple), n_rows)
-    n_slots = _round_up(max(len(with_target[b]) + len(key_only[b]) for b in range(batch)), SLOT_MULTIPLE, positions)
 
     out = {
         "tokens": np.full((groups, n_rows), PAD_ID, np.int32),
         "position": np.zeros((groups, n_rows), np.int32),
         "slice": np.zeros((groups, n_rows), np.int32),
         "targets": np.full((groups, n_target_rows), PAD_ID, np.int32),
-        "grid": np.full((groups, per_group, n_slots), n_rows, np.int32),
-        "slot": np.full((groups, n_rows), per_group * n_slots, np.int32),
+        "grid": np.full((groups, per_group, positions), n_rows, np.int32),
+        "slot": np.full((groups, n_rows), per_group * positions, np.int32),
     }
     for g, member in enumerate(members):
         # window-local index and flat position of every row: targets first, then keys only
@@ -100,17 +95,11 @@ def compact_windows(windows: np.ndarray, groups: int = 1, buckets: int = 16) -> 
         out["slice"][g, rows] = flat % n_slices
         n_with_target = sum(len(with_target[b]) for b in member)
         out["targets"][g, :n_with_target] = targets[source[:n_with_target], flat[:n_with_target]]
-        # slots in (x, t) order within each window
-        by_window = np.lexsort((flat, local))
-        slot_in_window = np.empty(len(order), np.int64)
-        counts = np.bincount(local, minlength=per_group)
-        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        slot_in_window[by_window] = np.arange(len(order)) - np.repeat(starts, counts)
-        out["grid"][g, local, slot_in_window] = rows
-        out["slot"][g, rows] = local * n_slots + slot_in_window
+        out["grid"][g, local, flat] = rows
+        out["slot"][g, rows] = local * positions + flat
     return out
 
 
-def compact_size(batch: dict[str, np.ndarray]) -> tuple[int, int, int]:
-    """(R, R_t, S) of a compact batch: the shapes a jitted step is specialised on."""
-    return batch["tokens"].shape[1], batch["targets"].shape[1], batch["grid"].shape[2]
+def compact_size(batch: dict[str, np.ndarray]) -> tuple[int, int]:
+    """(R, R_t) of a compact batch: the shapes a jitted step is specialised on."""
+    return batch["tokens"].shape[1], batch["targets"].shape[1]

@@ -1,14 +1,15 @@
 """The rank-4 model on a compact batch: only the positions that can reach the loss (training fast path).
 
 Axes: G groups (data shards), R rows per group (positions that matter), R_t rows with a target,
-W windows per group, S attention slots per window, H heads, D = dx·dt, V vocabulary. The batch
+W windows per group, P = N·T positions of a window, H heads, D = dx·dt, V vocabulary. The batch
 layout is built on the host by ``rank4jax.data.compact.compact_windows``:
 
-    tokens, position, slice (G, R) · targets (G, R_t) · grid (G, W, S) → row · slot (G, R) → grid slot
+    tokens, position, slice (G, R) · targets (G, R_t) · grid (G, W, P) → row · slot (G, R) → w·P + p
 
 Everything position-wise (embedding, LayerNorms, Q/K/V projections, MLP, readout) runs on the
 rows; only the joint softmax needs each window's positions side by side, so Q, K and V move to the
-(W, S) grid and the summed head outputs move back. Rows left out are masked keys with PAD targets
+(W, P) grid (zero where a position was left out, a masked key there) and the summed head outputs
+move back. Rows left out are masked keys with PAD targets
 in the full-width model, so the loss sums equal the full-width ones (tested in float64, with dropout:
 masks are the full-width ones, taken at the rows). ZPX scores and the analytic backward stay on the full-width path.
 """
@@ -68,37 +69,35 @@ def embed_rows(params: dict, tokens: jax.Array, position: jax.Array, slices: jax
 
 def grid_attention(params: dict, u: jax.Array, batch: dict, key_mask: jax.Array, cfg: Rank4Config) -> jax.Array:
     """u (G, R, D) normalised rows → Σ_h O_h at the rows (G, R, D); the softmax runs over each
-    window's slots (key_mask (G, W, S)). Heads are taken one at a time: every head's Q/K/V is a
+    window's positions (key_mask (G, W, P)). Heads are taken one at a time: every head's Q/K/V is a
     (G·R, D) × (D, D) matmul and no (B, H, P, D) transpose is formed."""
     groups, n_rows, width = u.shape
-    _, n_windows, n_slots = batch["grid"].shape
-    index = batch["grid"].reshape(groups, n_windows * n_slots)
+    _, n_windows, positions = batch["grid"].shape
+    index = batch["grid"].reshape(groups, n_windows * positions)
     to_grid = functools.partial(move_rows, index=index, inverse=batch["slot"])
     scale = 1.0 / jnp.sqrt(jnp.asarray(width, u.dtype))
-    grid_shape = (groups, n_windows, n_slots, width)
+    grid_shape = (groups, n_windows, positions, width)
     out = jnp.zeros(grid_shape, u.dtype)
     for h in range(cfg.n_heads):
         q, k, v = (to_grid(u @ params[name][h]).reshape(grid_shape) for name in ("wq", "wk", "wv"))
         scores = jnp.einsum("gwse,gwke->gwsk", q, k) * scale
         scores = jnp.where(key_mask[:, :, None, :], scores, jnp.finfo(scores.dtype).min)
         out = out + jnp.einsum("gwsk,gwke->gwse", jax.nn.softmax(scores, axis=-1), v)
-    return move_rows(out.reshape(groups, n_windows * n_slots, width), batch["slot"], index)
+    return move_rows(out.reshape(groups, n_windows * positions, width), batch["slot"], index)
 
 
 def row_dropout(x: jax.Array, batch: dict, cfg: Rank4Config, rng: jax.Array | None, train: bool) -> jax.Array:
     """Dropout at the rows with the full-width model's mask: the (B, P, D) keep mask of
-    ``rank4jax.models.common.dropout``, read at each row's (window, x·T + t). The bits cost B·P·D
+    ``rank4jax.models.common.dropout``, read at each row's grid slot w·P + p. The bits cost B·P·D
     (small next to the matmuls), and a compact step then equals the full-width step exactly, on any
     number of groups."""
     if not train or cfg.dropout == 0.0:
         return x
-    groups, n_rows, width = x.shape
-    _, n_windows, n_slots = batch["grid"].shape
-    positions = cfg.n_tokens * cfg.n_slices
+    groups, _, width = x.shape
+    _, n_windows, positions = batch["grid"].shape
     keep = keep_mask(rng, (groups * n_windows, positions, width), cfg.dropout)
-    window = jnp.minimum(batch["slot"] // n_slots, n_windows - 1)  # filler rows read any window
-    flat = window * positions + batch["position"] * cfg.n_slices + batch["slice"]  # (G, R)
-    keep = jnp.take_along_axis(keep.reshape(groups, n_windows * positions, width), flat[..., None], axis=1)
+    slot = jnp.minimum(batch["slot"], n_windows * positions - 1)  # filler rows read any slot
+    keep = jnp.take_along_axis(keep.reshape(groups, n_windows * positions, width), slot[..., None], axis=1)
     return apply_keep_mask(x, keep, cfg.dropout)
 
 
@@ -113,7 +112,7 @@ def hidden_rows(params: dict, batch: dict, cfg: Rank4Config, *, train: bool = Fa
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
     x = embed_rows(params["embed"], batch["tokens"], batch["position"], batch["slice"], cfg)
     padded_tokens = jnp.concatenate([batch["tokens"], jnp.full((groups, 1), PAD_ID, batch["tokens"].dtype)], axis=1)
-    key_mask = jax.vmap(lambda t, g: t[g])(padded_tokens, batch["grid"]) != PAD_ID  # (G, W, S)
+    key_mask = jax.vmap(lambda t, g: t[g])(padded_tokens, batch["grid"]) != PAD_ID  # (G, W, P)
     for index, layer in enumerate(params["layers"]):
         # the same keys as rank4jax.models.rank4.model.apply_layer
         rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(jax.random.fold_in(rng, index))
