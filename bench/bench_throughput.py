@@ -153,9 +153,9 @@ def report(label: str, batch: int, positions: int, seconds: float, flops: int, p
     )
 
 
-def batch_layouts(windows: np.ndarray) -> dict:
+def batch_layouts(windows: np.ndarray, buckets: int) -> dict:
     """The train step's inputs: full width, cut to the used width, and the compact batch (training's)."""
-    return {"full": windows, "trimmed": trim_padding(windows), "compact": compact_windows(windows)}
+    return {"full": windows, "trimmed": trim_padding(windows), "compact": compact_windows(windows, buckets=buckets)}
 
 
 def layout_label(name: str, batch, cfg) -> str:
@@ -177,7 +177,7 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
         windows, source = np.load(args.real_windows)[:batch], args.real_windows
     else:
         windows, source = real_windows(batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size)
-    layouts = batch_layouts(windows)
+    layouts = batch_layouts(windows, args.buckets)
     fwd = forward_flops_per_window(cfg)
     tag = f"{size} {jnp.dtype(dtype).name} {kind}"
     print(f"{tag}: {source} windows, {np.mean(windows[:, 1:] != 0):.0%} of target positions real")
@@ -244,6 +244,7 @@ def main():
         help="synthetic (the peer's random tokens, last 3 positions PAD) and/or real (Story Cloze sentences "
         "from ../shared/data when present, else the built-in corpus)",
     )
+    ap.add_argument("--buckets", type=int, default=16, help="compact_buckets of the compact layout")
     ap.add_argument("--real-windows", default="", help="a .npy of real (W, T+1, N) windows to use instead")
     ap.add_argument("--torch-device", default="cpu", help="where the peer runs: cpu (its own script) or cuda")
     ap.add_argument("--torch", default=DEFAULT_TORCH, help="path of torch_rank4.py ('' to skip)")
