@@ -93,9 +93,12 @@ def eval_seconds(compiled, params, windows, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def torch_args(spec: dict) -> list[str]:
-    names = dict(dx="dx", dt="dt", H="n_heads", L="n_layers", V="vocab_size", N="n_tokens", T="n_slices", B="batch")
-    return [arg for flag, key in names.items() for arg in (f"--{flag}", str(spec[key]))]
+MODEL_FLAGS = dict(dx="dx", dt="dt", H="n_heads", L="n_layers", V="vocab_size")  # the peer's flag → size key
+SHAPE_FLAGS = dict(N="n_tokens", T="n_slices", B="batch")
+
+
+def torch_args(spec: dict, flags: dict) -> list[str]:
+    return [arg for flag, key in flags.items() for arg in (f"--{flag}", str(spec[key]))]
 
 
 def torch_windows_per_s(
@@ -103,10 +106,9 @@ def torch_windows_per_s(
 ) -> float:
     """The peer's windows/s: its own script on its own windows, or its step on ``windows_file``."""
     if windows_file is None and device == "cpu":
-        args = [sys.executable, script, *torch_args(spec), "--steps", str(steps)]
-    else:
-        flags = dict(dx="dx", dt="dt", H="n_heads", L="n_layers", V="vocab_size")  # N, T, B: the file's shape
-        dims = [arg for flag, key in flags.items() for arg in (f"--{flag}", str(spec[key]))]
+        args = [sys.executable, script, *torch_args(spec, MODEL_FLAGS | SHAPE_FLAGS), "--steps", str(steps)]
+    else:  # N, T, B: the windows file's shape
+        dims = torch_args(spec, MODEL_FLAGS)
         args = [sys.executable, PEER_ON_WINDOWS, script, windows_file, *dims, "--steps", str(steps), "--device", device]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     return float(re.search(r"torch_windows_per_s=([0-9.]+)", out).group(1))

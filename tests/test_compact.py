@@ -18,6 +18,7 @@ from rank4jax.data.compact import compact_size, compact_windows
 from rank4jax.models.family import RANK4
 from rank4jax.models.rank4.compact import move_rows
 from rank4jax.models.zpx import ZPXConfig
+from rank4jax.training import loop
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
 
@@ -135,12 +136,17 @@ def test_only_the_standard_autodiff_model_compacts():
     assert not RANK4.compacts_positions(_cfg(zpx=ZPXConfig(score="zpx_angle")))
 
 
-def test_training_with_compaction_matches_training_without(tmp_path):
-    losses = {}
+def test_training_with_compaction_matches_training_without(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(loop, "compact_windows", lambda *a, **kw: calls.append(1) or compact_windows(*a, **kw))
+    losses, compacted = {}, {}
     for name, buckets in (("compact", 16), ("windows", 0)):
         config = tiny_config(**{"num_steps": 4, "log_every": 1, "eval_every": 4, "checkpoint_every": 4})
         config.compact_buckets = buckets
+        calls.clear()
         train(config, str(tmp_path / name))
+        compacted[name] = len(calls)
         losses[name] = [r["loss"] for r in read_metrics(str(tmp_path / name))["train"]]
+    assert compacted == {"compact": 4, "windows": 0}  # the loop really ran the compact path, every step
     assert len(losses["compact"]) == 4
     np.testing.assert_allclose(losses["compact"], losses["windows"], rtol=0, atol=1e-5)

@@ -42,12 +42,11 @@ def _round_up(value: int, multiple: int) -> int:
     return max(multiple, -(-value // multiple) * multiple)
 
 
-def _group_positions(windows: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per window: flat positions p = x·T + t that have a target, and those that are keys only."""
-    inputs = np.swapaxes(windows[:, :-1], 1, 2).reshape(len(windows), -1) != PAD_ID  # (W, P), p = x·T + t
-    targets = np.swapaxes(windows[:, 1:], 1, 2).reshape(len(windows), -1) != PAD_ID
+def _group_positions(inputs: np.ndarray, targets: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """inputs, targets (B, P) token ids → per window: the flat positions p that have a target, and
+    those that are keys only."""
     with_target, key_only = [], []
-    for has_input, has_target in zip(inputs, targets, strict=True):
+    for has_input, has_target in zip(inputs != PAD_ID, targets != PAD_ID, strict=True):
         if not has_input.any():  # no key at all: keep the window whole
             has_input = np.ones_like(has_input)
         with_target.append(np.flatnonzero(has_target))
@@ -64,9 +63,9 @@ def compact_windows(windows: np.ndarray, groups: int = 1, buckets: int = 8) -> d
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     per_group, positions = batch // groups, n_tokens * n_slices
-    with_target, key_only = _group_positions(windows)
-    inputs = np.swapaxes(windows[:, :-1], 1, 2).reshape(batch, -1)  # (B, P)
+    inputs = np.swapaxes(windows[:, :-1], 1, 2).reshape(batch, -1)  # (B, P), p = x·T + t
     targets = np.swapaxes(windows[:, 1:], 1, 2).reshape(batch, -1)
+    with_target, key_only = _group_positions(inputs, targets)
 
     row_multiple = -(-per_group * positions // buckets)
     members = [range(g * per_group, (g + 1) * per_group) for g in range(groups)]

@@ -65,17 +65,16 @@ def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
     full ones and the cut columns are PAD keys (zero attention weight) with PAD targets (no loss),
     so a model of width N' gives exactly the full-width sums (dropout masks differ in shape)."""
     if isinstance(windows, Mapping):
-        sums = rank4.compact_loss_sums(params, windows, cfg, train=train, rng=rng)
-        sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
-        return sums
-    n_used = windows.shape[2]
-    if n_used > cfg.n_tokens:
-        raise ValueError(f"windows have {n_used} token columns, more than n_tokens={cfg.n_tokens}")
-    cfg = dataclasses.replace(cfg, n_tokens=n_used)
-    y, center = rank4.hidden_states_and_center(params, windows[:, :-1], cfg, train=train, rng=rng)
-    sums = rank4.readout_loss_sums(y, params["embed"]["sem"], params["readout"]["tmp"], windows[:, 1:])
+        sums, center = rank4.compact_loss_sums(params, windows, cfg, train=train, rng=rng), 0.0
+    else:
+        n_used = windows.shape[2]
+        if n_used > cfg.n_tokens:
+            raise ValueError(f"windows have {n_used} token columns, more than n_tokens={cfg.n_tokens}")
+        cfg = dataclasses.replace(cfg, n_tokens=n_used)
+        y, center = rank4.hidden_states_and_center(params, windows[:, :-1], cfg, train=train, rng=rng)
+        sums = rank4.readout_loss_sums(y, params["embed"]["sem"], params["readout"]["tmp"], windows[:, 1:])
     sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
-    if cfg.zpx.center_weight:
+    if cfg.zpx.center_weight:  # never with a compact batch (compacts_positions excludes ZPX)
         sums["objective"] = sums["objective"] + cfg.zpx.center_weight * center
     return sums
 

@@ -22,8 +22,9 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import PAD_ID, apply_keep_mask, apply_mlp, keep_mask, layer_norm, sinusoid_table
+from rank4jax.models.common import PAD_ID, apply_keep_mask, apply_mlp, keep_mask, layer_norm
 from rank4jax.models.rank4.config import Rank4Config
+from rank4jax.models.rank4.embedding import embed_tokens, position_tables
 from rank4jax.models.rank4.losses import row_loss_sums
 
 
@@ -56,14 +57,8 @@ move_rows.defvjp(_move_rows_fwd, _move_rows_bwd)
 
 def embed_rows(params: dict, tokens: jax.Array, position: jax.Array, slices: jax.Array, cfg: Rank4Config):
     """X of SPEC §2 at the rows: Esem[tok] ⊗ Etmp[tok] + P[x] + R[x + t] → (G, R, D)."""
-    dtype = params["sem"].dtype
-    spatial = jnp.asarray(sinusoid_table(cfg.n_tokens, cfg.dx), dtype)  # P (N, dx)
-    joint = jnp.asarray(sinusoid_table(cfg.n_tokens + cfg.n_slices, cfg.dt), dtype)  # R (N+T, dt)
-    sem = jnp.take(params["sem"], tokens, axis=0)  # (G, R, dx)
-    tmp = jnp.take(params["tmp"], tokens, axis=0)  # (G, R, dt)
-    x = sem[..., :, None] * tmp[..., None, :]  # Stage A: outer product (G, R, dx, dt)
-    x = x + spatial[position][..., :, None]  # Stage B: P[x, n], same for every q
-    x = x + joint[position + slices][..., None, :]  # Stage D: R[x + t, q], same for every n
+    spatial, joint = position_tables(cfg, params["sem"].dtype)  # P (N, dx), R[x+t] (N, T, dt)
+    x = embed_tokens(params, tokens, jnp.asarray(spatial)[position], jnp.asarray(joint)[position, slices])
     return x.reshape(tokens.shape + (cfg.width,))
 
 
@@ -111,8 +106,9 @@ def hidden_rows(params: dict, batch: dict, cfg: Rank4Config, *, train: bool = Fa
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
     x = embed_rows(params["embed"], batch["tokens"], batch["position"], batch["slice"], cfg)
-    padded_tokens = jnp.concatenate([batch["tokens"], jnp.full((groups, 1), PAD_ID, batch["tokens"].dtype)], axis=1)
-    key_mask = jax.vmap(lambda t, g: t[g])(padded_tokens, batch["grid"]) != PAD_ID  # (G, W, P)
+    # a key wherever the grid holds a row with an input token (a left-out position reads a zero = PAD row)
+    slots = _gather_rows(batch["tokens"][..., None], batch["grid"].reshape(groups, -1))[..., 0]
+    key_mask = slots.reshape(batch["grid"].shape) != PAD_ID  # (G, W, P)
     for index, layer in enumerate(params["layers"]):
         # the same keys as rank4jax.models.rank4.model.apply_layer
         rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(jax.random.fold_in(rng, index))

@@ -33,16 +33,22 @@ def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:
     return spatial.astype(dtype), joint[phase].astype(dtype)
 
 
+def embed_tokens(params: dict, tok: jax.Array, spatial: jax.Array, joint: jax.Array) -> jax.Array:
+    """X = Esem[tok] ⊗ Etmp[tok] + P[x] + R[x + t] for token ids of any shape (...):
+    ``spatial`` (..., dx) and ``joint`` (..., dt) are the position-table entries of each token,
+    broadcastable to tok's shape. → (..., dx, dt)."""
+    sem = jnp.take(params["sem"], tok, axis=0)  # (..., dx)
+    tmp = jnp.take(params["tmp"], tok, axis=0)  # (..., dt)
+    x = sem[..., :, None] * tmp[..., None, :]  # Stage A: outer product
+    x = x + spatial[..., :, None]  # Stage B: P[x, n], same for every q
+    return x + joint[..., None, :]  # Stage D: R[x + t, q], same for every n
+
+
 def apply_embedding(params: dict, tok: jax.Array, cfg: Rank4Config) -> jax.Array:
     """tok (B, N, T) int → X (B, N, T, dx, dt) in the parameters' dtype."""
     batch = tok.shape[0]
     chex.assert_shape(tok, (batch, cfg.n_tokens, cfg.n_slices))
-    dtype = params["sem"].dtype
-    sem = jnp.take(params["sem"], tok, axis=0)  # (B, N, T, dx)
-    tmp = jnp.take(params["tmp"], tok, axis=0)  # (B, N, T, dt)
-    spatial, joint = position_tables(cfg, dtype)
-    x = jnp.einsum("bxtn,bxtq->bxtnq", sem, tmp)  # Stage A: outer product
-    x = x + spatial[None, :, None, :, None]  # Stage B: P[x, n], same for every t, q
-    x = x + joint[None, :, :, None, :]  # Stage D: R[x + t, q], same for every n
+    spatial, joint = position_tables(cfg, params["sem"].dtype)
+    x = embed_tokens(params, tok, spatial[:, None, :], joint)  # P (N, 1, dx) and R[x+t] (N, T, dt)
     chex.assert_shape(x, (batch, cfg.n_tokens, cfg.n_slices, cfg.dx, cfg.dt))
     return x
