@@ -1,6 +1,10 @@
 """Evaluate a trained run from its workdir alone (config and tokenizer come from the checkpoint).
 
 python eval.py --workdir=runs/default --split=test [--step=best|latest|N] [--data=other.csv]
+
+``--split=all`` evaluates every story of the file (external test sets have no split of their own):
+``--data=../shared/data/storycloze_val_2016.csv --split=all`` scores an official Story Cloze file with
+both scoring rules. ``--rollout_steps=0`` skips the rollout.
 """
 
 import json
@@ -12,11 +16,13 @@ from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.metrics import plot_curves
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
-_SPLIT = flags.DEFINE_enum("split", "test", ["train", "validation", "test"], "Split to evaluate.")
+_SPLIT = flags.DEFINE_enum(
+    "split", "test", ["train", "validation", "test", "all"], "Split to evaluate; 'all': every story of the file."
+)
 _STEP = flags.DEFINE_string("step", "best", "Checkpoint: 'best' (lowest validation loss), 'latest' or a step.")
 _DATA = flags.DEFINE_string("data", None, "Evaluate on this file's split instead of the run's data.")
 _EXAMPLES = flags.DEFINE_integer("examples", 5, "Decoded predictions to show.")
-_ROLLOUT = flags.DEFINE_integer("rollout_steps", 3, "Rollout length (SPEC §8).")
+_ROLLOUT = flags.DEFINE_integer("rollout_steps", 3, "Rollout length (SPEC §8); 0 skips the rollout.")
 
 
 def main(argv):
@@ -32,12 +38,14 @@ def main(argv):
         for k in ("step", "split", "windows", "window_ce", "last_slice_ce", "token_accuracy")
         if k in report
     }
-    if "cloze_accuracy" in report:
-        headline["cloze_accuracy"] = report["cloze_accuracy"]
+    for key in ("cloze_stories", "cloze_accuracy", "cloze_accuracy_normalised"):
+        if key in report:
+            headline[key] = report[key]
     print(json.dumps(headline, indent=2))
     for ex in report.get("examples", [])[:3]:
         print(f"  gold:      {ex['gold']}\n  predicted: {ex['predicted']}")
-    print(f"rollout mean CE per step: {report.get('rollout_mean_ce')}")
+    if "rollout_mean_ce" in report:
+        print(f"rollout mean CE per step: {report['rollout_mean_ce']}")
     print(f"wrote {report['path']}")
     plot_curves(_WORKDIR.value)
 

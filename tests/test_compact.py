@@ -18,7 +18,7 @@ from rank4jax.data.compact import compact_size, compact_windows
 from rank4jax.models.family import RANK4
 from rank4jax.models.rank4.compact import move_rows
 from rank4jax.models.zpx import ZPXConfig
-from rank4jax.training import loop
+from rank4jax.training import batches
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
 
@@ -137,16 +137,21 @@ def test_only_the_standard_autodiff_model_compacts():
 
 
 def test_training_with_compaction_matches_training_without(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(loop, "compact_windows", lambda *a, **kw: calls.append(1) or compact_windows(*a, **kw))
-    losses, compacted = {}, {}
+    calls = []  # the batch size of every compacted batch: training (8) and validation (16) batches
+    monkeypatch.setattr(batches, "compact_windows", lambda w, **kw: calls.append(len(w)) or compact_windows(w, **kw))
+    losses, compacted, validation = {}, {}, {}
     for name, buckets in (("compact", 16), ("windows", 0)):
         config = tiny_config(**{"num_steps": 4, "log_every": 1, "eval_every": 4, "checkpoint_every": 4})
         config.compact_buckets = buckets
         calls.clear()
         train(config, str(tmp_path / name))
-        compacted[name] = len(calls)
-        losses[name] = [r["loss"] for r in read_metrics(str(tmp_path / name))["train"]]
-    assert compacted == {"compact": 4, "windows": 0}  # the loop really ran the compact path, every step
+        compacted[name] = (calls.count(config.batch_size), calls.count(config.eval_batch_size) > 0)
+        metrics = read_metrics(str(tmp_path / name))
+        losses[name] = [r["loss"] for r in metrics["train"]]
+        validation[name] = metrics["validation"][-1]
+    # the loop really ran the compact path, every training step, and validated on compact batches too
+    assert compacted == {"compact": (4, True), "windows": (0, False)}
     assert len(losses["compact"]) == 4
     np.testing.assert_allclose(losses["compact"], losses["windows"], rtol=0, atol=1e-5)
+    for key in ("window_ce", "last_slice_ce", "token_accuracy"):
+        np.testing.assert_allclose(validation["compact"][key], validation["windows"][key], rtol=1e-5, err_msg=key)

@@ -37,7 +37,9 @@ class ModelFamily:
     make_config: Callable[[Mapping, int], Any]  # (model section, vocab size) → hashable model config
     init: Callable[[jax.Array, Any], Any]  # (key, cfg) → params
     loss_sums: Callable[..., dict]  # (params, windows, cfg, *, train, rng) → sums incl. "objective"
-    predict_last: Callable[[Any, jax.Array, Any], jax.Array]  # (params, inputs (B,T,N), cfg) → Ŝ(T) (B, N)
+    # (params, windows (B,T+1,N), cfg) → (Ŝ(T) (B, N) predicted from S(0..T-1), (B,) mean CE of S(T)):
+    # one forward for both where the family allows (rollout scores and predicts every window)
+    predict_and_score: Callable[[Any, jax.Array, Any], tuple[jax.Array, jax.Array]]
     last_slice_ce: Callable[[Any, jax.Array, Any], jax.Array]  # (params, windows, cfg) → (B,) mean CE of S(T)
     count_params: Callable[[Any], int]
     # True when loss_sums accepts windows whose token axis was cut to N' < N by
@@ -79,13 +81,16 @@ def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
     return sums
 
 
-def _rank4_predict_last(params, inputs, cfg):
-    logits = rank4.forward(params, inputs, cfg)  # (B, N, T, V)
-    return jnp.argmax(logits[:, :, -1], axis=-1).astype(jnp.int32)
+def _rank4_last_slice_ce(params, windows, cfg, logits=None):
+    if logits is None:
+        logits = rank4.next_state_logits(params, windows[:, :-1], cfg)  # (B, N, V): the readout at S(T) only
+    return rank4.last_slice_mean_ce(logits[:, :, None], windows[:, -1:])  # as a window of one slice
 
 
-def _rank4_last_slice_ce(params, windows, cfg):
-    return rank4.last_slice_mean_ce(rank4.forward(params, windows[:, :-1], cfg), windows[:, 1:])
+def _rank4_predict_and_score(params, windows, cfg):
+    logits = rank4.next_state_logits(params, windows[:, :-1], cfg)
+    predicted = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return predicted, _rank4_last_slice_ce(params, windows, cfg, logits)
 
 
 RANK4 = ModelFamily(
@@ -93,7 +98,7 @@ RANK4 = ModelFamily(
     make_config=_rank4_config,
     init=rank4.init_params,
     loss_sums=_rank4_loss_sums,
-    predict_last=_rank4_predict_last,
+    predict_and_score=_rank4_predict_and_score,
     last_slice_ce=_rank4_last_slice_ce,
     count_params=rank4.count_params,
     trims_padding=True,
@@ -120,18 +125,22 @@ def _baseline_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
     return sums
 
 
-def _baseline_predict_last(params, inputs, cfg):
-    """Greedy free-running Ŝ(T): tokens up to the first EOS, PAD after, as an (N,) state."""
-    windows = jnp.concatenate([inputs, jnp.zeros_like(inputs[:, :1])], axis=1)
-    out = baseline.decode(params, windows, cfg, teacher_forcing=False)
-    tokens = jnp.argmax(out["logits"], axis=-1)[:, : cfg.n_tokens].astype(jnp.int32)
-    ended = jnp.cumsum(tokens == EOS_ID, axis=1) > 0
-    return jnp.where(ended, PAD_ID, tokens)
-
-
 def _baseline_last_slice_ce(params, windows, cfg):
     out = baseline.decode(params, windows, cfg)
     return baseline.content_mean_ce(out["logits"], out["targets"])
+
+
+def _baseline_predict_and_score(params, windows, cfg):
+    """Greedy free-running Ŝ(T) (tokens up to the first EOS, PAD after, as an (N,) state) and the
+    S(T) score. Free-running logits never depend on the gold S(T), so one decode gives both (a
+    second, teacher-forced one scores when ``cfg.teacher_forcing``)."""
+    out = baseline.decode(params, windows, cfg, teacher_forcing=False)
+    tokens = jnp.argmax(out["logits"], axis=-1)[:, : cfg.n_tokens].astype(jnp.int32)
+    ended = jnp.cumsum(tokens == EOS_ID, axis=1) > 0
+    score = _baseline_last_slice_ce(params, windows, cfg) if cfg.teacher_forcing else None
+    if score is None:
+        score = baseline.content_mean_ce(out["logits"], out["targets"])
+    return jnp.where(ended, PAD_ID, tokens), score
 
 
 BASELINE = ModelFamily(
@@ -139,7 +148,7 @@ BASELINE = ModelFamily(
     make_config=_baseline_config,
     init=baseline.init_params,
     loss_sums=_baseline_loss_sums,
-    predict_last=_baseline_predict_last,
+    predict_and_score=_baseline_predict_and_score,
     last_slice_ce=_baseline_last_slice_ce,
     count_params=baseline.count_params,
 )
@@ -157,15 +166,16 @@ def _stream_family(name: str, make_config, init, logits_and_penalty, count_param
         sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1) + penalty
         return sums
 
-    def predict_last(params, inputs, cfg):
-        return stream.greedy_last_state(lambda s: logits_and_penalty(params, s, cfg)[0], inputs, cfg.n_tokens)
-
     def last_slice_ce(params, windows, cfg):
         packed = stream.pack_stream(windows)
         logits, _ = logits_and_penalty(params, packed["inputs"], cfg)
         return stream.last_state_mean_ce(logits, packed["targets"], packed["last"])
 
-    return ModelFamily(name, make_config, init, loss_sums, predict_last, last_slice_ce, count_params, **extra)
+    def predict_and_score(params, windows, cfg):
+        logits_fn = lambda s: logits_and_penalty(params, s, cfg)[0]  # noqa: E731
+        return stream.greedy_last_state(logits_fn, windows[:, :-1], cfg.n_tokens), last_slice_ce(params, windows, cfg)
+
+    return ModelFamily(name, make_config, init, loss_sums, predict_and_score, last_slice_ce, count_params, **extra)
 
 
 def _baseline_lm_logits(params, inputs, cfg, *, train=False, rng=None):

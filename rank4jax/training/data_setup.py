@@ -66,6 +66,20 @@ def prepare_data(
     return RunData(tokenizer, split, made, source)
 
 
+def prepare_split(
+    config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer, split: str, path: str | None = None
+) -> tuple[list[readers.Story], windows.WindowSet, str]:
+    """The stories and windows of one split with a saved tokenizer (evaluation): a split of the run's
+    data (or of ``path``, split the same way), or ``split="all"``: every story, for an external test
+    set such as an official Story Cloze file."""
+    stories, source = load_stories(config, path)
+    if split != "all":
+        stories = windows.split_stories(stories, tuple(config.data.split), config.data.split_salt)[split]
+    made = windows.make_windows(stories, tokenizer, config.model.n_tokens, config.model.n_slices)
+    windows.check_token_ids(made.windows, tokenizer.vocab_size, f"{source} ({split} windows)")
+    return stories, made, source
+
+
 def validation_windows(data: RunData) -> np.ndarray:
     ws = data.windows["validation"].windows
     if not len(ws):

@@ -1,27 +1,35 @@
 """Evaluate a saved run from its workdir alone (config and tokenizer come from the checkpoint).
 
-Reports on a chosen split: window loss, LS(T) and token accuracy; Story Cloze accuracy when the
-stories carry two candidate endings; a few decoded predictions Ŝ(T) beside the gold sentence; and
-multi-step rollout CE where the stories are long enough. Writes ``eval/<split>_step<N>.json``.
+Reports on a chosen split (``train``, ``validation``, ``test``, or ``all``: every story of the
+file, for external test sets): window loss, LS(T) and token accuracy; Story Cloze accuracy by both
+scoring rules (``rank4jax.training.evaluation``) when the stories carry two candidate endings; a few
+decoded predictions Ŝ(T) beside the gold sentence; and multi-step rollout CE where the stories are
+long enough. Every part runs batched. Writes ``eval/<split>_step<N>.json`` (with ``--data=FILE``:
+``eval/<file name>.<split>_step<N>.json``, so the run's own reports are never overwritten).
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import re
+import time
 
 import jax
 import numpy as np
 
+from rank4jax.data.tokenizers import PAD_ID
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
 from rank4jax.training import sharding
+from rank4jax.training.batches import batch_layout
 from rank4jax.training.checkpointing import RunCheckpoints, describe_run, with_shardings
-from rank4jax.training.data_setup import prepare_data
-from rank4jax.training.evaluation import cloze_accuracy, evaluate_windows, make_scorers, rollout
+from rank4jax.training.data_setup import prepare_split
+from rank4jax.training.evaluation import batched, cloze_accuracy, evaluate_windows, make_scorers, rollout
 from rank4jax.training.steps import jit_eval_step
 
+EVAL_SPLITS = SPLITS + ("all",)
 _SENTENCE_FINAL = re.compile(r"[.!?]")
 
 
@@ -33,6 +41,11 @@ def display_text(tokenizer, ids) -> str:
     return text[: end.end()] if end else text
 
 
+def _check_count(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative integer (0 = skip), got {value!r}")
+
+
 def evaluate_run(
     workdir: str,
     split: str = "test",
@@ -41,78 +54,108 @@ def evaluate_run(
     num_examples: int = 5,
     rollout_steps: int = 3,
 ) -> dict:
-    if split not in SPLITS:
-        raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+    if split not in EVAL_SPLITS:
+        raise ConfigError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
+    _check_count("rollout_steps", rollout_steps)
+    _check_count("examples", num_examples)
+    clock = time.perf_counter()
+    timings = {}
     with RunCheckpoints(workdir, read_only=True) as ckpt:
         run = describe_run(ckpt, step)
         step, config, tokenizer, family, model_cfg = run.step, run.config, run.tokenizer, run.family, run.model_cfg
-        data = prepare_data(config, tokenizer, path=data_path)
+        stories, window_set, source = prepare_split(config, tokenizer, split, path=data_path)
         # data parallel over as many devices as divide the eval batch (independent of the training mesh)
         n_data = max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
         mesh = sharding.make_mesh(n_data, 1)
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
         state_sharding = sharding.state_shardings(mesh, run.abstract_state)
-        state = ckpt.restore_state(step, with_shardings(run.abstract_state, state_sharding))
-    params = state.params
-    windows = data.windows[split].windows
-    stories = data.stories[split]
+        params = ckpt.restore_state(step, with_shardings(run.abstract_state, state_sharding)).params
+    timings["load"] = time.perf_counter() - clock
+    windows = window_set.windows
     report = {
         "workdir": os.path.abspath(workdir),
         "step": step,
         "split": split,
-        "data": data.source,
+        "data": source,
         "stories": len(stories),
         "windows": int(len(windows)),
-        "skipped_stories": data.windows[split].n_skipped,
+        "skipped_stories": window_set.n_skipped,
     }
     if not len(windows):
         report["note"] = "no windows in this split"
-        return _write(workdir, report)
+        return _write(workdir, report, data_path)
 
+    def timed(name, fn, *args):
+        start = time.perf_counter()
+        out = fn(*args)
+        timings[name] = time.perf_counter() - start
+        return out
+
+    batch = config.eval_batch_size
     eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
-    report |= evaluate_windows(eval_step, params, windows, config.eval_batch_size, batch_sharding)
-    predict, score = make_scorers(family, model_cfg)
+    layout = batch_layout(config, family, model_cfg, groups=n_data)
+    report |= timed("windows", evaluate_windows, eval_step, params, windows, batch, batch_sharding, layout)
+    predict_and_score, score = make_scorers(family, model_cfg)
     pairs, labels = cloze_windows(stories, tokenizer, model_cfg.n_tokens, model_cfg.n_slices)
-    report |= cloze_accuracy(score, params, pairs, labels, config.eval_batch_size)
+    report |= timed("cloze", cloze_accuracy, score, params, pairs, labels, batch)
 
     t = model_cfg.n_slices
-    examples = []
-    for i in range(min(num_examples, len(windows))):
-        window = windows[i]
-        predicted = np.asarray(predict(params, window[None, :t]))[0]
-        examples.append(
-            {
-                "context": [tokenizer.decode(s) for s in window[:t]],
-                "gold": tokenizer.decode(window[t]),
-                "predicted": display_text(tokenizer, predicted),
-            }
+    shown = windows[:num_examples]
+    predicted = timed("examples", batched, predict_and_score, params, shown, batch)[0] if len(shown) else shown[:, 0]
+    report["examples"] = [
+        {
+            "context": [tokenizer.decode(s) for s in window[:t]],
+            "gold": tokenizer.decode(window[t]),
+            "predicted": display_text(tokenizer, p),
+        }
+        for window, p in zip(shown, predicted, strict=True)
+    ]
+    if rollout_steps:
+        report |= timed(
+            "rollout",
+            _rollout_report,
+            predict_and_score,
+            params,
+            stories,
+            tokenizer,
+            model_cfg,
+            rollout_steps,
+            num_examples,
+            batch,
         )
-    report["examples"] = examples
-
-    per_step: list[list[float]] = [[] for _ in range(rollout_steps)]
-    rollouts = []
-    for story in stories:
-        if len(story.sentences) < t:
-            continue
-        states = encode_story(tokenizer, story.sentences, model_cfg.n_tokens)
-        predicted, ces = rollout(predict, score, params, states, t, rollout_steps)
-        for k, ce in enumerate(ces):
-            if ce is not None:
-                per_step[k].append(ce)
-        if len(rollouts) < num_examples:
-            rollouts.append(
-                {"context": list(story.sentences[:t]), "rollout": [display_text(tokenizer, p) for p in predicted]}
-            )
-    report["rollout_mean_ce"] = [float(np.mean(v)) if v else None for v in per_step]
-    report["rollout_stories"] = [len(v) for v in per_step]
-    report["rollout_examples"] = rollouts
-    return _write(workdir, report)
+    timings["total"] = time.perf_counter() - clock
+    report["timings_s"] = timings
+    return _write(workdir, report, data_path)
 
 
-def _write(workdir: str, report: dict) -> dict:
+def _rollout_report(predict_and_score, params, stories, tokenizer, model_cfg, n_steps, num_examples, batch) -> dict:
+    t = model_cfg.n_slices
+    long_enough = [s for s in stories if len(s.sentences) >= t]
+    if not long_enough:
+        return {"rollout_mean_ce": [None] * n_steps, "rollout_stories": [0] * n_steps, "rollout_examples": []}
+    lengths = np.array([len(s.sentences) for s in long_enough])
+    states = np.full((len(long_enough), lengths.max(), model_cfg.n_tokens), PAD_ID, np.int32)
+    for i, story in enumerate(long_enough):
+        states[i, : lengths[i]] = encode_story(tokenizer, story.sentences, model_cfg.n_tokens)
+    predicted, ces = rollout(predict_and_score, params, states, lengths, t, n_steps, batch, show=num_examples)
+    scored = ~np.isnan(ces)
+    return {
+        "rollout_mean_ce": [float(np.mean(c[m])) if m.any() else None for c, m in zip(ces.T, scored.T, strict=True)],
+        "rollout_stories": [int(m.sum()) for m in scored.T],
+        "rollout_examples": [
+            {"context": list(story.sentences[:t]), "rollout": [display_text(tokenizer, p) for p in rolled]}
+            for story, rolled in zip(long_enough[:num_examples], predicted, strict=False)
+        ],
+    }
+
+
+def _write(workdir: str, report: dict, data_path: str | None = None) -> dict:
     out_dir = os.path.join(workdir, "eval")
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{report['split']}_step{report['step']}.json")
+    name = f"{report['split']}_step{report['step']}.json"
+    if data_path:  # another file's split: never overwrite the run's own reports
+        name = f"{os.path.splitext(os.path.basename(data_path.split(',')[0].strip()))[0]}.{name}"
+    path = os.path.join(out_dir, name)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     report["path"] = path

@@ -1,5 +1,21 @@
 """Evaluation: window metrics over a split, Story Cloze accuracy, decoded predictions and
-multi-step rollout (SPEC §4, §8).
+multi-step rollout (SPEC §4, §8). Everything runs batched: many windows or stories per jitted call.
+
+Axes: W windows or stories, T input slices, N tokens per state, K other contexts.
+
+Story Cloze, two scoring rules (the predicted ending is the better-scored candidate):
+
+- ``cloze_accuracy``: the lower mean CE of the candidate as S(T) after the story's T sentences
+  (each family's own S(T) score: the rank-4 readout at the last slice; the baseline's free-running
+  decode).
+- ``cloze_accuracy_normalised``: the higher pointwise mutual information of ending and story,
+  ``log p(e | c) − log p(e)``, summed over the ending's tokens. ``log p(e)``, how likely the ending
+  is without its story, is estimated by the same family score with the contexts of K other stories
+  of the file: ``log p(e) ≈ log mean_k p(e | c_k)`` (K = ``CLOZE_CONTEXTS``, the same K contexts for
+  both candidates). Neither family ever sees an empty context in training (the rank-4 joint softmax
+  would have no key; the baseline is trained only on S(T) after T sentences), so the normaliser
+  uses real, in-distribution contexts. The rule discounts endings that are likely anywhere (short,
+  generic sentences) — the bias that a plain likelihood comparison has.
 
 Rollout: from the window S(0..T-1) the model predicts Ŝ(T); the window then drops its oldest state
 and appends Ŝ(T), and so on — from the first prediction on, ground truth never enters the window.
@@ -15,7 +31,9 @@ import jax
 import numpy as np
 
 from rank4jax.data.pipeline import eval_batches
+from rank4jax.data.tokenizers import PAD_ID
 from rank4jax.models.rank4.losses import means_from_sums
+from rank4jax.training.sharding import put_batch
 
 
 def _global_batch(rows: np.ndarray, sharding) -> jax.Array:
@@ -25,11 +43,19 @@ def _global_batch(rows: np.ndarray, sharding) -> jax.Array:
     return jax.make_array_from_process_local_data(sharding, rows[start : start + local])
 
 
-def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, batch_sharding) -> dict:
-    """Exact means over every window (padding rows are all PAD and carry no tokens)."""
-    totals: dict[str, float] = {}
+def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, batch_sharding, layout=None) -> dict:
+    """Exact means over every window (padding rows are all PAD and carry no tokens). ``layout``
+    (``rank4jax.training.batches.batch_layout``, single process) turns each batch into what the
+    step consumes; the sums stay on the device until the pass ends (one transfer)."""
+    pending = []
     for batch in eval_batches({"windows": windows}, batch_size):
-        sums = jax.device_get(eval_step(params, _global_batch(batch["windows"], batch_sharding)))
+        if jax.process_count() > 1:  # each process holds the whole batch (full width there)
+            rows = _global_batch(batch["windows"], batch_sharding)
+        else:
+            rows = put_batch(batch["windows"] if layout is None else layout(batch["windows"]), batch_sharding)
+        pending.append(eval_step(params, rows))
+    totals: dict[str, float] = {}
+    for sums in jax.device_get(pending):
         for key, value in sums.items():
             totals[key] = totals.get(key, 0.0) + float(value)
     means = {k: float(v) for k, v in means_from_sums(totals).items()}
@@ -39,43 +65,107 @@ def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, ba
     }
 
 
+CLOZE_CONTEXTS = 8  # K other stories' contexts for the normalised Story Cloze rule
+
+
 def make_scorers(family, model_cfg):
-    """Jitted (predict Ŝ(T) from inputs, mean CE of S(T) per window)."""
-    predict = jax.jit(functools.partial(family.predict_last, cfg=model_cfg))
+    """Jitted (predict and score: windows (B, T+1, N) → (Ŝ(T) (B, N), mean CE of S(T) (B,)),
+    score alone: windows → (B,))."""
+    predict_and_score = jax.jit(functools.partial(family.predict_and_score, cfg=model_cfg))
     score = jax.jit(functools.partial(family.last_slice_ce, cfg=model_cfg))
-    return predict, score
+    return predict_and_score, score
 
 
-def _batched(fn, params, array: np.ndarray, batch_size: int) -> np.ndarray:
-    outs = []
-    for batch in eval_batches({"x": array}, batch_size):
-        outs.append(np.asarray(fn(params, batch["x"]))[batch["mask"]])
-    return np.concatenate(outs) if outs else np.zeros((0,))
+def batched(fn, params, array: np.ndarray, batch_size: int):
+    """``fn(params, batch)`` over the rows of ``array`` in fixed-size batches (one compiled shape);
+    every call is queued before any result is fetched. ``fn`` may return a tuple of arrays."""
+    outs = [(fn(params, b["x"]), b["mask"]) for b in eval_batches({"x": array}, batch_size)]
+    if not outs:
+        raise ValueError("batched() needs at least one row")
+    fetched = jax.device_get([out for out, _ in outs])
+    masks = [mask for _, mask in outs]
+    parts = [jax.tree.map(lambda a, m=mask: np.asarray(a)[m], out) for out, mask in zip(fetched, masks, strict=True)]
+    return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 
 
-def cloze_accuracy(score, params, pairs: np.ndarray, labels: np.ndarray, batch_size: int) -> dict:
-    """pairs (W, 2, T+1, N): the predicted ending is the candidate with the lower mean CE as S(T)."""
+def other_contexts(n_stories: int, n_contexts: int, seed: int = 0) -> np.ndarray:
+    """(K, W) index of the story lending its context to story w for the k-th normaliser: distinct
+    shifts in [1, W), so no story is its own normaliser and every context is used K times."""
+    k = min(n_contexts, n_stories - 1)
+    shifts = np.random.default_rng(seed).choice(np.arange(1, n_stories), size=k, replace=False)
+    return (np.arange(n_stories)[None] + shifts[:, None]) % n_stories
+
+
+def cloze_scores(score, params, pairs: np.ndarray, batch_size: int, n_contexts: int = CLOZE_CONTEXTS) -> dict:
+    """pairs (W, 2, T+1, N): the story's context, then each candidate ending as S(T).
+
+    Returns ``mean_ce`` (W, 2), the first rule's score (lower wins), and, with two stories or more,
+    ``pmi`` (W, 2), the second rule's (higher wins; see the module docstring) and ``contexts`` K."""
+    w, shape = len(pairs), pairs.shape[2:]
+    ce = batched(score, params, pairs.reshape((2 * w,) + shape), batch_size).reshape(w, 2)
+    out = {"mean_ce": ce}
+    if w < 2 or n_contexts < 1:
+        return out
+    n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2) tokens of each ending
+    lenders = other_contexts(w, n_contexts)  # (K, W)
+    k = len(lenders)
+    n_slices, n_tokens = shape[0] - 1, shape[1]
+    contexts = np.broadcast_to(pairs[lenders, :1, :-1], (k, w, 2, n_slices, n_tokens))  # lent contexts
+    endings = np.broadcast_to(pairs[None, :, :, -1:], (k, w, 2, 1, n_tokens))  # the story's own endings
+    swapped = np.concatenate([contexts, endings], axis=3).reshape((-1,) + shape)
+    other = batched(score, params, swapped, batch_size).reshape(k, w, 2)
+    log_p_own = -ce * n_tok  # log p(e | c), summed over the ending's tokens
+    log_p_prior = np.logaddexp.reduce(-other * n_tok, axis=0) - np.log(k)  # log mean_k p(e | c_k)
+    return out | {"pmi": log_p_own - log_p_prior, "contexts": k}
+
+
+def cloze_accuracy(
+    score, params, pairs: np.ndarray, labels: np.ndarray, batch_size: int, n_contexts: int = CLOZE_CONTEXTS
+) -> dict:
+    """Story Cloze accuracy by both rules; labels (W,) index the right ending (0 or 1)."""
     if not len(pairs):
         return {}
-    w = len(pairs)
-    ce = _batched(score, params, pairs.reshape((2 * w,) + pairs.shape[2:]), batch_size).reshape(w, 2)
-    predicted = np.argmin(ce, axis=1)
-    return {"cloze_accuracy": float(np.mean(predicted == labels)), "cloze_stories": int(w)}
+    scores = cloze_scores(score, params, pairs, batch_size, n_contexts)
+    report = {
+        "cloze_stories": len(pairs),
+        "cloze_accuracy": float(np.mean(np.argmin(scores["mean_ce"], axis=1) == labels)),
+    }
+    if "pmi" in scores:
+        report["cloze_accuracy_normalised"] = float(np.mean(np.argmax(scores["pmi"], axis=1) == labels))
+        report["cloze_contexts"] = scores["contexts"]
+    return report
 
 
-def rollout(predict, score, params, states: np.ndarray, n_slices: int, n_steps: int):
-    """Roll out one story. states (S, N) gold states; returns predicted states (n_steps, N) and the
-    CE of each gold sentence S(T+k) under the rolled-out window (None past the story's end)."""
-    window = states[:n_slices].copy()
-    predictions, ces = [], []
+def rollout(
+    predict_and_score,
+    params,
+    states: np.ndarray,
+    lengths: np.ndarray,
+    n_slices: int,
+    n_steps: int,
+    batch_size: int,
+    show: int = 0,
+):
+    """Roll out many stories at once. states (W, S, N) gold states, PAD-padded past each story's
+    ``lengths`` (W,) (each ≥ T). Returns the predicted states (W, n_steps, N) and the CE of each gold
+    sentence S(T+k) under the rolled-out window, (W, n_steps) with NaN past a story's end.
+
+    Step k runs only on the stories it is reported for: those with a gold S(T+k) (their later steps
+    need this prediction) and the first ``show`` (shown as examples); other rows stay 0 (PAD)."""
+    n_stories, n_states, n_tokens = states.shape
+    predictions = np.zeros((n_stories, n_steps, n_tokens), np.int32)
+    ces = np.full((n_stories, n_steps), np.nan)
+    windows = states[:, :n_slices].copy()
     for k in range(n_steps):
-        gold_index = n_slices + k
-        if gold_index < len(states):
-            full = np.concatenate([window, states[gold_index][None]])[None]
-            ces.append(float(np.asarray(score(params, full))[0]))
-        else:
-            ces.append(None)
-        predicted = np.asarray(predict(params, window[None]))[0]
-        predictions.append(predicted)
-        window = np.concatenate([window[1:], predicted[None]])
-    return np.stack(predictions), ces
+        gold = n_slices + k
+        has_gold = lengths > gold
+        rows = np.flatnonzero(has_gold | (np.arange(n_stories) < show))
+        if not len(rows):
+            break
+        target = states[rows, gold] if gold < n_states else np.zeros((len(rows), n_tokens), states.dtype)
+        full = np.concatenate([windows[rows], target[:, None]], axis=1)
+        predicted, ce = batched(predict_and_score, params, full, batch_size)
+        ces[rows, k] = np.where(has_gold[rows], ce, np.nan)
+        predictions[rows, k] = predicted
+        windows[rows] = np.concatenate([windows[rows, 1:], predicted[:, None]], axis=1)
+    return predictions, ces

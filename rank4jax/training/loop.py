@@ -19,12 +19,11 @@ import ml_collections
 import numpy as np
 from tqdm.auto import tqdm
 
-from rank4jax.data.compact import compact_windows
 from rank4jax.data.pipeline import train_dataset
-from rank4jax.data.windows import trim_padding
 from rank4jax.errors import CheckpointError, TrainingDivergedError
 from rank4jax.models.family import get_family
 from rank4jax.training import sharding
+from rank4jax.training.batches import batch_layout
 from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, with_shardings
 from rank4jax.training.data_setup import prepare_data, validation_windows
 from rank4jax.training.evaluation import evaluate_windows
@@ -72,8 +71,11 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
     return tokenizer
 
 
-def _flush_train_metrics(pending: list, step: int, seconds: float, batch_size: int) -> dict:
+def _flush_train_metrics(pending: list, step: int, since: float, batch_size: int) -> dict:
+    """Fetch the pending step metrics (this waits for the steps to finish: dispatch is asynchronous,
+    so the interval is timed after the fetch, from ``since``, the end of the previous one)."""
     fetched = jax.device_get(pending)
+    seconds = time.perf_counter() - since
     losses = np.array([m["loss"] for m in fetched], np.float64)
     norms = np.array([m["grad_norm"] for m in fetched], np.float64)
     bad = ~(np.isfinite(losses) & np.isfinite(norms))
@@ -144,10 +146,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
         eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
         is_main = jax.process_index() == 0
-        # Each process would cut its own rows to its own shape, so only a single process trims or compacts.
-        single = jax.process_count() == 1
-        compact = config.get("compact_buckets", 0) if single and family.compacts_positions(model_cfg) else 0
-        trim = config.get("trim_padding_multiple", 0) if single and family.trims_padding and not compact else 0
+        layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
         writer = MetricsWriter(workdir, enabled=is_main)
         saved_config = to_json_dict(config)
         start = int(jax.device_get(state.step))
@@ -158,7 +157,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             print(f"rank4jax: resuming {workdir} from step {start}")
 
         def evaluate_and_log(step):
-            metrics = evaluate_windows(eval_step, state.params, val_windows, config.eval_batch_size, batch_sharding)
+            metrics = evaluate_windows(
+                eval_step, state.params, val_windows, config.eval_batch_size, batch_sharding, layout
+            )
             if not np.isfinite(metrics["window_ce"]):
                 raise TrainingDivergedError(f"validation loss is {metrics['window_ce']} at step {step}; not saved")
             writer.write({"step": step, "split": "validation", **metrics})
@@ -175,12 +176,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         )
         with StopRequest() as stop, bar:
             for step in range(start + 1, config.num_steps + 1):
-                rows = next(train_iter)
-                if compact:
-                    rows = compact_windows(rows, groups=mesh.shape[sharding.DATA_AXIS], buckets=compact)
-                elif trim:
-                    rows = trim_padding(rows, trim)
-                batch = sharding.put_batch(rows, batch_sharding)
+                batch = sharding.put_batch(layout(next(train_iter)), batch_sharding)
                 state, metrics = train_step(state, batch)
                 pending.append(metrics)
                 bar.update(1)
@@ -189,7 +185,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 is_last = step == config.num_steps
                 checkpoint_now = step % config.checkpoint_every == 0 or is_last
                 if step % config.log_every == 0 or step % config.eval_every == 0 or is_last or stop.signal:
-                    record = _flush_train_metrics(pending, step, time.perf_counter() - t_last, config.batch_size)
+                    record = _flush_train_metrics(pending, step, t_last, config.batch_size)
                     writer.write(record)
                     bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
                     pending, t_last = [], time.perf_counter()
@@ -210,10 +206,13 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         final_step = int(jax.device_get(state.step))
         best = ckpt.best_step()
     summary_path = os.path.join(workdir, SUMMARY_FILE)
-    previous_s = 0.0
+    previous = {}
     if start > 0 and os.path.isfile(summary_path):
         with open(summary_path, encoding="utf-8") as f:
-            previous_s = float(json.load(f).get("wall_time_total_s", 0.0))
+            previous = json.load(f)
+    previous_s = float(previous.get("wall_time_total_s", 0.0))
+    ran = final_step > start  # rerunning a finished run trains nothing: its time and figures stay
+    elapsed = time.time() - started if ran else 0.0
     summary = {
         "workdir": os.path.abspath(workdir),
         "model_family": family.name,
@@ -221,9 +220,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         "step": final_step,
         "best_step": best,
         "interrupted": interrupted,
-        "wall_time_s": time.time() - started,
-        "wall_time_total_s": previous_s + time.time() - started,  # across resumptions
-        "final_validation": last_val,
+        "wall_time_s": elapsed,
+        "wall_time_total_s": previous_s + elapsed,  # across resumptions
+        "final_validation": last_val if ran else previous.get("final_validation"),
         "data": data.summary(),
     }
     if jax.process_index() == 0:

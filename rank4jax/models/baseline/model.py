@@ -126,12 +126,17 @@ def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
     return x, new
 
 
-def _run(params, x, caches, start, key_ok, cfg, *, train, rng):
+def _run(params, x, caches, start, key_ok, cfg, *, train, rng, read=None):
+    """The layers over x (B, Q, D) at slots [start, start+Q) → (logits, caches). ``read`` (B, Q')
+    picks the slots whose logits are needed (the tied readout, the costliest matmul at a large
+    vocabulary, then runs on those only); None reads every slot."""
     new_caches = []
     for index, (layer, cache) in enumerate(zip(params["layers"], caches, strict=True)):
         layer_rng = None if rng is None else jax.random.fold_in(rng, index)
         x, cache = _layer(layer, x, cache, start, key_ok, cfg, train=train, rng=layer_rng)
         new_caches.append(cache)
+    if read is not None:
+        x = jnp.take_along_axis(x, read[..., None], axis=1)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
     return jnp.einsum("bqd,vd->bqv", y, params["embed"]), new_caches
 
@@ -158,9 +163,11 @@ def center_from_caches(caches: list) -> jax.Array:
     return jnp.mean(jnp.stack([jnp.mean(c["sx"] ** 2 + c["sy"] ** 2) for c in caches]))
 
 
-def _at_last_context_token(logits, context_len):
-    """logits (B, Q, V) over the context slots → (B, V) at the last real context token (target 0)."""
-    return jnp.take_along_axis(logits, (context_len - 1)[:, None, None], axis=1)[:, 0]
+def _target_slots(context_len, cfg, n_fed: int):
+    """(B, 1 + n_fed) slots whose logits predict the targets: the last real context token (target 0),
+    then the slots of the first ``n_fed`` fed tokens."""
+    fed = jnp.broadcast_to(cfg.context_slots + jnp.arange(n_fed), (context_len.shape[0], n_fed))
+    return jnp.concatenate([(context_len - 1)[:, None], fed], axis=1)
 
 
 def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teacher_forcing=None) -> dict:
@@ -182,8 +189,9 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
     positions = jnp.broadcast_to(jnp.arange(lc), (batch, lc))
     rng_prefill = None if rng is None else jax.random.fold_in(rng, 0)
     x = _embed(params, packed["context"], positions, cfg)
-    logits, caches = _run(params, x, caches, 0, key_ok, cfg, train=train, rng=rng_prefill)
-    first = _at_last_context_token(logits, packed["context_len"])  # (B, V)
+    read = _target_slots(packed["context_len"], cfg, 0)
+    logits, caches = _run(params, x, caches, 0, key_ok, cfg, train=train, rng=rng_prefill, read=read)
+    first = logits[:, 0]  # (B, V) at the last real context token
 
     def step(carry, j):
         caches, prev_logits = carry
@@ -213,9 +221,9 @@ def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> ja
     valid = _slot_valid(packed["context_len"], cfg)
     key_ok = (jnp.arange(n_slots)[:, None] >= jnp.arange(n_slots)[None, :])[None] & valid[:, None, :]
     x = _embed(params, tokens, positions, cfg)
-    logits, _ = _run(params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=False, rng=None)
-    first = _at_last_context_token(logits, packed["context_len"])
-    return jnp.concatenate([first[:, None], logits[:, lc:]], axis=1)
+    read = _target_slots(packed["context_len"], cfg, cfg.n_tokens)
+    logits, _ = _run(params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=False, rng=None, read=read)
+    return logits
 
 
 def stream_logits(params, inputs: jax.Array, cfg: BaselineConfig, *, train=False, rng=None) -> jax.Array:

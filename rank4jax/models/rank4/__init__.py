@@ -16,6 +16,7 @@ from rank4jax.models.rank4.model import (
     hidden_states,
     hidden_states_and_center,
     init_params,
+    next_state_logits,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "import_params",
     "init_params",
     "last_slice_mean_ce",
+    "next_state_logits",
     "readout_loss_sums",
     "window_loss_sums",
     "window_losses",

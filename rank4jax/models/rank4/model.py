@@ -157,6 +157,18 @@ def forward(
     return logits
 
 
+def next_state_logits(params: dict, inputs: jax.Array, cfg: Rank4Config) -> jax.Array:
+    """Eval-mode logits of the next state S(T) only: (B, N, V), the slice t = T−1 of :func:`forward`.
+
+    The readout, by far the costliest matmul at a word vocabulary, runs on the N positions of the
+    last input slice instead of all P = N·T (what Story Cloze scoring, prediction and rollout need)."""
+    batch = inputs.shape[0]
+    y = hidden_states(params, inputs, cfg).reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.width)[:, :, -1]
+    logits = apply_readout(params["embed"]["sem"], params["readout"]["tmp"], y)
+    chex.assert_shape(logits, (batch, cfg.n_tokens, cfg.vocab_size))
+    return logits
+
+
 def count_params(cfg: Rank4Config) -> int:
     """Parameter count from ``jax.eval_shape`` (nothing is allocated)."""
     return common.count_params(init_params, cfg)

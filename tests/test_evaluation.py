@@ -1,0 +1,227 @@
+"""Batched evaluation (rollout, Story Cloze scoring by both rules, next-state readout) against
+per-story references; ``eval.py --split=all``; ``--rollout_steps`` 0 and negative; the ROCStories
+configs on a slice of the shared file."""
+
+import csv
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rank4jax
+from rank4jax.data.windows import cloze_windows
+from rank4jax.errors import ConfigError
+from rank4jax.models import baseline as bl
+from rank4jax.models.family import BASELINE, RANK4
+from rank4jax.training.checkpointing import restore_params_numpy
+from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.evaluation import cloze_scores, make_scorers, other_contexts, rollout
+from rank4jax.training.loop import train
+from tests.conftest import REPO
+from tests.helpers import tiny_config
+from tests.test_cli import run
+
+SHARED_ROC = REPO.parent / "shared" / "data" / "rocstories_spring2016_first45000.csv"
+V, N, T = 40, 5, 3
+
+
+def _models():
+    """(family, cfg, float64 params) for a tiny rank-4 model and a tiny baseline."""
+    r4 = rank4jax.Rank4Config(V, N, T, dx=4, dt=2, n_heads=2, n_layers=2, dropout=0.0)
+    base = bl.BaselineConfig(V, N, T, dx=4, dt=2, n_heads=2, n_layers=2, dropout=0.0)
+    out = []
+    for family, cfg in ((RANK4, r4), (BASELINE, base)):
+        params = family.init(jax.random.key(3), cfg)
+        out.append((family, cfg, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)))
+    return out
+
+
+def _states(lengths, seed=0):
+    """(W, S, N) random gold states with PAD tails, PAD rows past each story's length."""
+    rng = np.random.default_rng(seed)
+    states = rng.integers(4, V, size=(len(lengths), max(lengths), N)).astype(np.int32)
+    states[:, :, 3:] = 0
+    states[::2, :, 2:] = 0
+    for i, n in enumerate(lengths):
+        states[i, n:] = 0
+    return states
+
+
+def _rollout_one_story(predict_and_score, score, params, states, n_steps):
+    """The per-story reference: one story at a time, as eval.py did before batching."""
+    window, predictions, ces = states[:T].copy(), [], []
+    for k in range(n_steps):
+        if T + k < len(states):
+            ces.append(float(score(params, np.concatenate([window, states[T + k][None]])[None])[0]))
+        else:
+            ces.append(None)
+        gold = np.zeros((1, N), np.int32)
+        predicted = np.asarray(predict_and_score(params, np.concatenate([window, gold])[None])[0])[0]
+        predictions.append(predicted)
+        window = np.concatenate([window[1:], predicted[None]])
+    return np.stack(predictions), ces
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["rank4", "baseline"])
+def test_batched_rollout_equals_the_per_story_rollout(which):
+    lengths = np.array([T, T + 1, T + 3, T + 1, T + 2, T + 3, T])
+    with jax.enable_x64(True):
+        family, cfg, params = _models()[which]
+        predict_and_score, score = make_scorers(family, cfg)
+        states = _states(lengths)
+        predictions, ces = rollout(predict_and_score, params, states, lengths, T, 3, batch_size=3, show=2)
+        for i, n in enumerate(lengths):
+            ref_pred, ref_ce = _rollout_one_story(predict_and_score, score, params, states[i, :n], 3)
+            for k in range(3):
+                if ref_ce[k] is None:
+                    assert np.isnan(ces[i, k])
+                else:
+                    np.testing.assert_allclose(ces[i, k], ref_ce[k], rtol=1e-12)
+                if i < 2 or T + k < n:  # computed where reported: examples, and wherever a gold sentence follows
+                    np.testing.assert_array_equal(predictions[i, k], ref_pred[k])
+        assert np.isnan(ces[:, 2][lengths <= T + 2]).all() and not np.isnan(ces[:, 0][lengths > T]).any()
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["rank4", "baseline"])
+def test_batched_cloze_scores_equal_per_story_scores(which):
+    rng = np.random.default_rng(1)
+    pairs = np.repeat(_states([T + 1] * 6, seed=2)[:, None], 2, axis=1)  # (W, 2, T+1, N), same context
+    pairs[:, 1, -1] = rng.integers(4, V, size=(6, N))
+    pairs[:, 1, -1, 4:] = 0
+    with jax.enable_x64(True):
+        family, cfg, params = _models()[which]
+        _, score = make_scorers(family, cfg)
+        scores = cloze_scores(score, params, pairs, batch_size=4, n_contexts=3)
+        lenders = other_contexts(6, 3)
+        for w in range(6):
+            for c in range(2):
+                own = float(score(params, pairs[w, c][None])[0])
+                np.testing.assert_allclose(scores["mean_ce"][w, c], own, rtol=1e-12)
+                n_tok = np.sum(pairs[w, c, -1] != 0)
+                others = []
+                for lender in lenders[:, w]:
+                    assert lender != w
+                    swapped = np.concatenate([pairs[lender, 0, :-1], pairs[w, c, -1:]])
+                    others.append(-float(score(params, swapped[None])[0]) * n_tok)
+                pmi = -own * n_tok - (np.logaddexp.reduce(others) - np.log(3))
+                np.testing.assert_allclose(scores["pmi"][w, c], pmi, rtol=1e-10, atol=1e-12)
+    assert scores["contexts"] == 3 and sorted(set(lenders[:, 0])) == sorted(lenders[:, 0])
+
+
+def test_next_state_readout_equals_the_full_forward_last_slice():
+    with jax.enable_x64(True):
+        family, cfg, params = _models()[0]
+        windows = _states([T + 1] * 4)
+        logits = rank4jax.forward(params, jnp.asarray(windows[:, :T]), cfg)[:, :, -1]
+        np.testing.assert_allclose(
+            rank4jax.models.rank4.next_state_logits(params, jnp.asarray(windows[:, :T]), cfg), logits, rtol=1e-12
+        )
+        predicted, ce = family.predict_and_score(params, jnp.asarray(windows), cfg)
+        np.testing.assert_array_equal(predicted, jnp.argmax(logits, -1))
+        full = rank4jax.models.rank4.last_slice_mean_ce(rank4jax.forward(params, windows[:, :T], cfg), windows[:, 1:])
+        np.testing.assert_allclose(ce, full, rtol=1e-12)
+
+
+CLOZE_ROWS = [
+    ("Tom had a dog.", "The dog was old.", "Tom walked the dog.", "The dog got tired.", "Tom rested.", "Tom flew.", 1),
+    ("Ann baked a cake.", "It was for Bob.", "Bob came home.", "He saw the cake.", "Bob smiled.", "Bob swam.", 1),
+    ("Sue lost a key.", "She looked hard.", "She asked Tom.", "Tom found it.", "Sue ran.", "Sue thanked Tom.", 2),
+    ("Jim was hungry.", "He had no food.", "He went out.", "He found a shop.", "He sang.", "He bought bread.", 2),
+    ("Kim had a test.", "She studied.", "The test came.", "It was easy.", "Kim passed.", "Kim cried.", 1),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One tiny trained rank-4 run (built-in corpus) shared by the evaluation tests below."""
+    workdir = tmp_path_factory.mktemp("run")
+    train(tiny_config(num_steps=4), str(workdir))
+    return workdir
+
+
+def test_split_all_scores_every_story_of_a_labelled_file(tiny_run, tmp_path):
+    path = tmp_path / "cloze.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
+                         "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])  # fmt: skip
+        writer.writerows(CLOZE_ROWS)
+    own = evaluate_run(str(tiny_run), split="test", rollout_steps=0)
+    report = evaluate_run(str(tiny_run), split="all", data_path=str(path), num_examples=1, rollout_steps=0)
+    assert report["stories"] == report["windows"] == report["cloze_stories"] == 5
+    # the accuracy, recomputed story by story with the restored parameters
+    params, config, tokenizer, _ = restore_params_numpy(str(tiny_run))
+    cfg = RANK4.make_config(config.model, tokenizer.vocab_size)
+    from rank4jax.data.readers import read_stories
+
+    pairs, labels = cloze_windows(read_stories(str(path)), tokenizer, cfg.n_tokens, cfg.n_slices)
+    assert labels.tolist() == [0, 0, 1, 1, 0]
+    score = jax.jit(functools.partial(RANK4.last_slice_ce, cfg=cfg))
+    ce = np.array([[float(score(params, pairs[w, c][None])[0]) for c in range(2)] for w in range(5)])
+    assert report["cloze_accuracy"] == np.mean(np.argmin(ce, axis=1) == labels)
+    assert 0 <= report["cloze_accuracy_normalised"] <= 1 and report["cloze_contexts"] == 4
+    # its own file name: the run's test report is not overwritten
+    assert os.path.basename(report["path"]) == f"cloze.all_step{report['step']}.json"
+    assert json.load(open(own["path"]))["split"] == "test" and own["path"] != report["path"]
+    assert "rollout_mean_ce" not in report and "rollout_mean_ce" not in own  # --rollout_steps=0 skips it
+
+
+def test_rollout_steps_zero_and_negative(tiny_run):
+    with pytest.raises(ConfigError, match="rollout_steps must be a non-negative integer"):
+        evaluate_run(str(tiny_run), rollout_steps=-1)
+    out = run("eval.py", f"--workdir={tiny_run}", "--rollout_steps=-2")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: rollout_steps must be a non-negative integer")
+    out = run("eval.py", f"--workdir={tiny_run}", "--rollout_steps=0", "--split=all")
+    assert out.returncode == 0, out.stderr
+    assert "rollout mean CE" not in out.stdout and '"split": "all"' in out.stdout
+
+
+@pytest.fixture
+def roc_slice(tmp_path):
+    if not SHARED_ROC.is_file():
+        pytest.skip(f"shared ROCStories data not found at {SHARED_ROC} (present in CI, absent on a fresh clone)")
+    path = tmp_path / "roc_slice.csv"
+    with open(SHARED_ROC, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as dst:
+        dst.writelines(line for _, line in zip(range(401), src, strict=False))  # header + 400 stories
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["rocstories", "baseline_rocstories"])
+def test_rocstories_configs_run_a_few_steps_on_a_slice(name, roc_slice, tmp_path):
+    import importlib
+
+    config = importlib.import_module(f"configs.{name}").get_config()
+    assert config.data.path.endswith("rocstories_spring2016_first45000.csv")
+    assert (config.model.n_slices, config.model.n_tokens) == (4, 16)
+    config.data.path = roc_slice
+    config.num_steps, config.eval_every, config.checkpoint_every, config.log_every = 3, 3, 3, 1
+    config.progress_bar = False
+    summary = train(config, str(tmp_path / name))
+    assert summary["step"] == 3 and summary["data"]["train_windows"] > 250
+    assert np.isfinite(summary["final_validation"]["last_slice_ce"])
+
+
+def test_rocstories_configs_share_windows_and_match_parameters():
+    if not SHARED_ROC.is_file():
+        pytest.skip(f"shared ROCStories data not found at {SHARED_ROC} (present in CI, absent on a fresh clone)")
+    from configs import baseline_rocstories, rocstories
+    from rank4jax.data import tokenizers, windows
+    from rank4jax.training.compare import _check_same_windows
+    from rank4jax.training.data_setup import load_stories
+    from rank4jax.training.run_config import tokenizer_options
+
+    r4, base = rocstories.get_config(), baseline_rocstories.get_config()
+    _check_same_windows(r4, base)
+    stories, _ = load_stories(r4)
+    train_split = windows.split_stories(stories, tuple(r4.data.split))["train"]
+    texts = [s for story in train_split for s in story.sentences]
+    vocab = tokenizers.build_tokenizer("word", texts, **tokenizer_options(r4)).vocab_size
+    n_r4 = RANK4.count_params(RANK4.make_config(r4.model, vocab))
+    n_base = BASELINE.count_params(BASELINE.make_config(base.model, vocab))
+    assert (vocab, n_r4, n_base) == (14_171, 914_784, 937_860)
+    assert abs(n_base / n_r4 - 1) < 0.10
