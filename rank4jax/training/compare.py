@@ -120,7 +120,7 @@ def cloze_markdown(res: dict) -> list[str]:
         ("cloze_accuracy", "mean CE of the ending as S(T)"),
         (
             "cloze_accuracy_normalised",
-            f"PMI: log p(e | story) − log p(e), p(e) over {res['rank4_cloze_contexts']} other stories' contexts",
+            f"PMI: log p(e \\| story) − log p(e), p(e) over {res['rank4_cloze_contexts']} other stories' contexts",
         ),
     )
     for key, label in rules:
