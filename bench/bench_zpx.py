@@ -14,6 +14,7 @@ import argparse
 from bench.common import compiled_train_step, interleaved_medians, run_steps, step_timer, synthetic_windows
 from rank4jax.models import baseline, rank4, zpx
 from rank4jax.models.family import BASELINE, RANK4
+from rank4jax.models.scores import STANDARD
 
 SIZES = dict(vocab_size=3135, n_tokens=16, n_slices=4, n_heads=2, n_layers=2, dropout=0.2)
 FAMILIES = {
@@ -21,7 +22,7 @@ FAMILIES = {
     "baseline": (BASELINE, baseline.BaselineConfig, dict(dx=12, dt=8)),
 }
 VARIANTS = {
-    "standard": zpx.ZPXConfig(),
+    "standard": STANDARD,
     "zpx_angle": zpx.ZPXConfig(score="zpx_angle"),
     "zpx_angle_sphere": zpx.ZPXConfig(score="zpx_angle_sphere"),
     "zpx_angle_sphere+centre": zpx.ZPXConfig(score="zpx_angle_sphere", center_weight=0.01),
@@ -37,7 +38,7 @@ def main():
     for name, (family, cfg_cls, fiber) in FAMILIES.items():
         timers = {}
         for variant, z in VARIANTS.items():
-            cfg = cfg_cls(**SIZES, **fiber, zpx=z)
+            cfg = cfg_cls(**SIZES, **fiber, score=z)
             compiled, state, _, _ = compiled_train_step(cfg, windows, family=family)
             run = {"step": compiled, "state": run_steps(compiled, state, windows, 2)[1], "batch": windows}
             timers[variant] = step_timer(run, args.steps)

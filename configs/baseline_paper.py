@@ -8,10 +8,12 @@ Expected runtime: the paper reports 45.2 h on two RTX 3080s; impractical on a 2-
 """
 
 from configs import rocstories_paper
+from rank4jax.training.run_config import model_section
 
 
 def get_config():
     c = rocstories_paper.get_config()
     c.model_family = "baseline"
+    c.model = model_section("baseline", c.model)  # its own fields: no attention mode
     c.model.teacher_forcing = False
     return c

@@ -17,11 +17,13 @@ free-running S(T)+EOS selection loss; "last_slice_ce" is LS(T) over the content 
 """
 
 from configs import rocstories
+from rank4jax.training.run_config import model_section
 
 
 def get_config():
     c = rocstories.get_config()
     c.model_family = "baseline"
+    c.model = model_section("baseline", c.model)  # its own fields: no attention mode
     c.model.dx = 10
     c.model.dt = 6
     c.model.n_heads = 2

@@ -11,11 +11,13 @@ vocabulary). The logged "window_ce" of this family is its free-running S(T)+EOS 
 """
 
 from configs import storycloze
+from rank4jax.training.run_config import model_section
 
 
 def get_config():
     c = storycloze.get_config()
     c.model_family = "baseline"
+    c.model = model_section("baseline", c.model)  # its own fields: no attention mode
     c.model.dx = 12
     c.model.dt = 8
     c.model.n_heads = 2

@@ -34,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.tokenizer.vocab_size = 8000  # sentencepiece (upper bound)
     c.tokenizer.model_type = "unigram"  # sentencepiece: unigram | bpe | word | char
 
-    c.model = ml_collections.ConfigDict()
+    c.model = ml_collections.ConfigDict()  # the rank-4 family's section (other families: their configs)
     c.model.n_tokens = 12  # N
     c.model.n_slices = 4  # T
     c.model.dx = 8
@@ -49,15 +49,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.zpx.lambda_angle = 1.0  # λθ
     c.model.zpx.lambda_sphere = 1.0  # λS
     c.model.zpx.center_weight = 0.0  # centre-cancellation regulariser weight (ZPX scores only)
-    c.model.splm = ml_collections.ConfigDict()  # model_family="splm" only (seed 004); width d = dx·dt
-    c.model.splm.potential = "gaussian"  # gaussian | mlp
-    c.model.splm.xi_alphas = (0.25, 0.5, 0.75, 0.95)  # initial causal-EMA rates, one per ξ channel
-    c.model.splm.wells = 8  # K Gaussian wells per ξ bank
-    c.model.splm.mlp_hidden = 128  # V_θ MLP hidden width
-    c.model.splm.mlp_depth = 3  # V_θ MLP linear layers
-    c.model.splm.step = 1.0  # dt of the damped integration step
-    c.model.splm.damping = 0.30  # γ
-    c.model.splm.lambda_v = 0.01  # weight of mean(V_θ²) in the loss
 
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 3e-3

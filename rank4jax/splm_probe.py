@@ -27,7 +27,7 @@ def _model_and_streams(potential: str, stop_gradient: bool = True, seed: int = 0
     """A fresh float64 model and two streams (LENGTH,) equal before CUT and different at every slot from
     CUT on. Call inside ``jax.enable_x64``."""
     cfg = splm.SPLMConfig(
-        vocab_size=VOCAB, n_tokens=8, n_slices=3, dx=4, dt=8, n_heads=1, n_layers=4,
+        vocab_size=VOCAB, n_tokens=8, n_slices=3, dx=4, dt=8, n_layers=4,
         potential=potential, mlp_hidden=32, xi_stop_gradient=stop_gradient,
     )  # fmt: skip
     params = splm.init_params(jax.random.key(seed), cfg, jnp.float64)

@@ -77,7 +77,7 @@ def gradient_checks(dtype=jnp.float32) -> dict:
     from rank4jax.models.family import BASELINE, RANK4
 
     z = zpx.ZPXConfig(score="zpx_angle_sphere", channels=8, center_weight=0.01)
-    sizes = dict(vocab_size=40, n_tokens=6, n_slices=3, dx=4, dt=4, n_heads=2, n_layers=2, dropout=0.1, zpx=z)
+    sizes = dict(vocab_size=40, n_tokens=6, n_slices=3, dx=4, dt=4, n_heads=2, n_layers=2, dropout=0.1, score=z)
     rng = np.random.default_rng(0)
     windows = rng.integers(4, 40, size=(2, 4, 6)).astype(np.int32)
     windows[:, :, 4:] = 0

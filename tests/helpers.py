@@ -1,6 +1,7 @@
 """Small run configs for fast end-to-end tests."""
 
-from configs import default
+from configs import default, splm
+from rank4jax.training.run_config import model_section
 
 
 def tiny_config(**overrides):
@@ -22,6 +23,12 @@ def tiny_config(**overrides):
     c.optim.warmup_steps = 0
     c.progress_bar = False
     c.compact_buckets = 8  # the loop tests run the rank-4 fast path (test_compact checks it against 0)
+    family = overrides.pop("model_family", "rank4")
+    if family != "rank4":  # the family's own model section
+        c.model_family = family
+        c.model = model_section(family, c.model)
+        if family == "splm":
+            c.model.splm = splm.get_config().model.splm
     for key, value in overrides.items():
         node = c
         *parents, leaf = key.split(".")

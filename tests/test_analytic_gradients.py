@@ -10,7 +10,7 @@ import pytest
 import rank4jax
 from rank4jax.models.common import layer_norm
 from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import apply_attention
+from rank4jax.models.rank4.attention import joint_attention
 from rank4jax.models.rank4.model import key_padding_mask
 
 PAD = 0
@@ -69,7 +69,7 @@ def _single_layer_grads(case, dtype):
     cot = jax.random.normal(jax.random.key(9), x.shape, dtype)
 
     def autodiff(x, ln, attn):
-        return apply_attention(attn, layer_norm(x, ln["scale"], ln["bias"]), mask, cfg)
+        return joint_attention(attn, layer_norm(x, ln["scale"], ln["bias"]), mask)
 
     def analytic(x, ln, attn):
         return attention_block(x, ln, attn, mask)

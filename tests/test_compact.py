@@ -16,7 +16,8 @@ from helpers import tiny_config
 import rank4jax
 from rank4jax.data.compact import compact_size, compact_windows
 from rank4jax.models.family import RANK4
-from rank4jax.models.rank4.compact import move_rows
+from rank4jax.models.rank4.layout import move_rows
+from rank4jax.models.scores import STANDARD
 from rank4jax.models.zpx import ZPXConfig
 from rank4jax.training import batches
 from rank4jax.training.loop import train
@@ -107,10 +108,18 @@ def test_move_rows_backward_is_the_inverse_gather():
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("train_mode", [False, True])
-def test_compact_loss_and_gradient_equal_the_full_width(train_mode):
+ZPX = ZPXConfig(score="zpx_angle_sphere", channels=3, center_weight=0.3)
+
+
+@pytest.mark.parametrize(
+    "train_mode,score,all_groups",
+    [(False, STANDARD, (1, 2, 3)), (True, STANDARD, (1, 2, 3)), (True, ZPX, (2,))],
+    ids=["eval", "train", "train-zpx"],
+)
+def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_groups):
+    """One forward serves both layouts, a score variant (its term and its regulariser) included."""
     with jax.enable_x64(True):
-        cfg = _cfg(dropout=0.3)
+        cfg = _cfg(dropout=0.3, score=score)
         params = rank4jax.init_params(jax.random.key(0), cfg, jnp.float64)
         windows = _windows(cfg)
         rng = jax.random.key(5) if train_mode else None
@@ -121,7 +130,7 @@ def test_compact_loss_and_gradient_equal_the_full_width(train_mode):
         full = sums(params, jnp.asarray(windows))
         grad_full = jax.grad(lambda p: sums(p, jnp.asarray(windows))["objective"])(params)
         assert float(full["window_tokens"]) > 0 and float(full["last_slice_tokens"]) > 0
-        for groups in (1, 2, 3):
+        for groups in all_groups:
             batch = jax.tree.map(jnp.asarray, compact_windows(windows, groups=groups, buckets=4))
             compact = sums(params, batch)
             for key, value in full.items():
@@ -130,10 +139,10 @@ def test_compact_loss_and_gradient_equal_the_full_width(train_mode):
             assert _max_leaf_diff(grad, grad_full) < 1e-12
 
 
-def test_only_the_standard_autodiff_model_compacts():
-    assert RANK4.compacts_positions(_cfg())
-    assert not RANK4.compacts_positions(_cfg(attention="analytic"))
-    assert not RANK4.compacts_positions(_cfg(zpx=ZPXConfig(score="zpx_angle")))
+def test_only_the_autodiff_model_compacts():
+    assert RANK4.layouts(_cfg()) == ("trimmed", "compact")
+    assert RANK4.layouts(_cfg(score=ZPX)) == ("trimmed", "compact")
+    assert RANK4.layouts(_cfg(attention="analytic")) == ("trimmed",)  # the §6 backward runs on windows
 
 
 def test_training_with_compaction_matches_training_without(tmp_path, monkeypatch):

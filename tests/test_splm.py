@@ -20,7 +20,7 @@ from rank4jax.training.splm_report import matched_configs
 from rank4jax.training.state import make_optimizer
 from tests.helpers import tiny_config
 
-SIZES = dict(vocab_size=40, n_tokens=4, n_slices=2, dx=4, dt=4, n_heads=2, n_layers=3)
+SIZES = dict(vocab_size=40, n_tokens=4, n_slices=2, dx=4, dt=4, n_layers=3)
 
 
 def test_pack_stream_by_hand():
@@ -65,7 +65,7 @@ def test_gaussian_force_is_minus_the_gradient_and_v_is_bounded():
 
 
 def test_model_card_parameter_count():
-    cfg = splm.SPLMConfig(vocab_size=1000, n_tokens=16, n_slices=4, dx=16, dt=16, n_heads=1, n_layers=8)
+    cfg = splm.SPLMConfig(vocab_size=1000, n_tokens=16, n_slices=4, dx=16, dt=16, n_layers=8)
     assert splm.count_potential_params(cfg) == 4_227_104  # d = 256, L = 8, 4 channels, 8 wells
 
 
@@ -95,16 +95,19 @@ def test_splm_config_errors():
         splm.SPLMConfig(**SIZES, potential="quadratic")
     with pytest.raises(ConfigError, match="xi_alphas"):
         splm.SPLMConfig(**SIZES, xi_alphas=(0.5, 1.0))
-    with pytest.raises(ConfigError, match="dropout"):
-        splm.SPLMConfig(**SIZES, dropout=0.1)
-    config = tiny_config(model_family="splm", **{"model.dropout": 0.0})
+    config = tiny_config(model_family="splm")
+    assert sorted(config.model) == ["dt", "dx", "n_layers", "n_slices", "n_tokens", "splm"]  # its own fields only
+    config.model.dropout = 0.1
+    with pytest.raises(ConfigError, match=r"model.dropout is not a field of model_family='splm'"):
+        SPLM.make_config(config.model, 50)
+    del config.model["dropout"]
     config.model.splm.wells_per_bank = 3
     with pytest.raises(ConfigError, match="unknown model.splm"):
         SPLM.make_config(config.model, 50)
 
 
 def test_matched_configs_come_close_to_the_gaussian_count():
-    config = tiny_config(model_family="splm", **{"model.dropout": 0.0})
+    config = tiny_config(model_family="splm")
     configs = matched_configs(config, 60)
     counts = {}
     for name, c in configs.items():
@@ -116,7 +119,8 @@ def test_matched_configs_come_close_to_the_gaussian_count():
 
 @pytest.mark.parametrize("family", ["splm", "baseline_lm"])
 def test_stream_family_trains_resumes_and_evaluates(tmp_path, family):
-    config = tiny_config(model_family=family, num_steps=4, **{"model.dropout": 0.0, "model.splm.potential": "mlp"})
+    extra = {"model.splm.potential": "mlp"} if family == "splm" else {"model.dropout": 0.0}
+    config = tiny_config(model_family=family, num_steps=4, **extra)
     summary = train(config, str(tmp_path))
     assert summary["step"] == 4
     records = [json.loads(line) for line in open(os.path.join(tmp_path, "metrics.jsonl"), encoding="utf-8")]

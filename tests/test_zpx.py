@@ -12,6 +12,7 @@ from rank4jax import zpx_verify
 from rank4jax.errors import ConfigError
 from rank4jax.models import baseline, rank4, zpx
 from rank4jax.models.family import BASELINE, RANK4
+from rank4jax.models.scores import STANDARD
 from rank4jax.training.run_config import validate
 from tests.helpers import tiny_config
 
@@ -70,7 +71,7 @@ def test_center_cancellation_counts_only_real_positions():
 
 def test_rank4_scores_join_before_the_mask():
     """PAD keys get zero weight and the geometric term changes the real keys' weights."""
-    cfg = rank4.Rank4Config(**SIZES, zpx=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3, lambda_angle=2.0))
+    cfg = rank4.Rank4Config(**SIZES, score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3, lambda_angle=2.0))
     params = rank4.init_params(jax.random.key(0), cfg)
     inputs = _windows()[:, :-1]
     maps = rank4.attention_maps(params, inputs, cfg)
@@ -85,7 +86,7 @@ def test_rank4_scores_join_before_the_mask():
 
 def test_standard_parameters_unchanged_by_zpx_variant():
     plain = rank4.init_params(jax.random.key(0), rank4.Rank4Config(**SIZES))
-    geo = rank4.init_params(jax.random.key(0), rank4.Rank4Config(**SIZES, zpx=zpx.ZPXConfig(score="zpx_angle")))
+    geo = rank4.init_params(jax.random.key(0), rank4.Rank4Config(**SIZES, score=zpx.ZPXConfig(score="zpx_angle")))
     for a, b in zip(plain["layers"], geo["layers"], strict=True):
         np.testing.assert_array_equal(a["attn"]["wq"], b["attn"]["wq"])
         assert set(b) - set(a) == {"zpx"}
@@ -95,20 +96,20 @@ def test_baseline_cached_decode_equals_full_recomputation_with_zpx():
     """The cached key features and the causal mask on the total score: the incremental decode equals a
     full causal pass over the same fed tokens."""
     with jax.enable_x64(True):
-        cfg = baseline.BaselineConfig(**(SIZES | {"dt": 4}), zpx=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
+        cfg = baseline.BaselineConfig(**(SIZES | {"dt": 4}), score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
         params = baseline.init_params(jax.random.key(0), cfg, jnp.float64)
         out = baseline.decode(params, _windows(), cfg)
         full = baseline.full_logits(params, out, out["fed"], cfg)
         np.testing.assert_allclose(out["logits"], full, rtol=0, atol=1e-10)
-        assert float(out["center"]) > 0
+        assert float(out["aux"]) > 0
 
 
 @pytest.mark.parametrize("family", [RANK4, BASELINE])
 def test_center_regulariser_enters_the_objective(family):
     sizes = SIZES | {"dt": 4}
     cfg_cls = rank4.Rank4Config if family is RANK4 else baseline.BaselineConfig
-    with_reg = cfg_cls(**sizes, zpx=zpx.ZPXConfig(score="zpx_angle", channels=3, center_weight=0.5))
-    without = cfg_cls(**sizes, zpx=zpx.ZPXConfig(score="zpx_angle", channels=3))
+    with_reg = cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3, center_weight=0.5))
+    without = cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3))
     params = family.init(jax.random.key(0), with_reg)
     a = family.loss_sums(params, _windows(), with_reg)
     b = family.loss_sums(params, _windows(), without)
@@ -122,18 +123,23 @@ def test_zpx_config_errors():
     with pytest.raises(ConfigError, match="channels"):
         zpx.ZPXConfig(score="zpx_angle", channels=0)
     with pytest.raises(ConfigError, match="needs a ZPX score"):
-        zpx.ZPXConfig(center_weight=0.1)
+        zpx.zpx_config({"score": "standard", "center_weight": 0.1})
+    with pytest.raises(ConfigError, match="zpx.score"):
+        zpx.ZPXConfig(score="standard")  # the paper's score is scores.STANDARD, not a ZPXConfig
+    with pytest.raises(ConfigError, match="channels"):
+        zpx.zpx_config({"score": "standard", "channels": 0})  # checked even when unused
+    assert zpx.zpx_config({"score": "standard"}) is STANDARD
     with pytest.raises(ConfigError, match="unknown model.zpx"):
         zpx.zpx_config({"score": "zpx_angle", "lambda": 1.0})
     with pytest.raises(ConfigError, match="analytic"):
-        rank4.Rank4Config(**SIZES, attention="analytic", zpx=zpx.ZPXConfig(score="zpx_angle"))
+        rank4.Rank4Config(**SIZES, attention="analytic", score=zpx.ZPXConfig(score="zpx_angle"))
     config = tiny_config(**{"model.zpx.score": "zpx_sphere"})
     with pytest.raises(ConfigError, match="zpx.score"):
         validate(config)
 
 
 def test_export_round_trip_includes_the_encoder():
-    cfg = rank4.Rank4Config(**SIZES, zpx=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
+    cfg = rank4.Rank4Config(**SIZES, score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
     params = rank4.init_params(jax.random.key(0), cfg)
     flat = rank4.export_params(params, cfg)
     assert flat["layers.1.zpx.w_theta"].shape == (cfg.width, 3)

@@ -17,6 +17,7 @@ of S(T). ZPX scores are a config variant of the rank-4 and baseline families (``
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,15 +27,35 @@ import numpy as np
 
 from rank4jax.errors import ConfigError
 from rank4jax.models import baseline, rank4, splm, stream
-from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID
+from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID, with_objective
 from rank4jax.models.sizes import section_values
 from rank4jax.models.zpx import zpx_config
+
+SIZES = ("n_tokens", "n_slices", "dx", "dt", "n_layers")  # every family's required model fields
+
+
+def read_section(section: Mapping, family: str, required: tuple, optional: dict) -> dict:
+    """The values of a run config's ``model`` section for one family: the ``required`` keys and the
+    ``optional`` ones (name → default); any other key is a ConfigError naming it and the family."""
+    values = dict(section.items()) if section is not None else {}
+    known = set(required) | set(optional)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"model.{unknown[0]} is not a field of model_family={family!r} (its fields: {', '.join(sorted(known))})"
+        )
+    missing = [k for k in required if k not in values]
+    if missing:
+        raise ConfigError(f"model.{missing[0]} is missing (model_family={family!r} needs {', '.join(required)})")
+    return {k: values.get(k, default) for k, default in optional.items()} | {k: values[k] for k in required}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelFamily:
     name: str
-    make_config: Callable[[Mapping, int], Any]  # (model section, vocab size) → hashable model config
+    # (model section, vocab size or None) → hashable model config. With None (the vocabulary is only
+    # known after tokenizing) the section is validated and the config's vocab_size stays None.
+    make_config: Callable[[Mapping, int | None], Any]
     init: Callable[[jax.Array, Any], Any]  # (key, cfg) → params
     loss_sums: Callable[..., dict]  # (params, windows, cfg, *, train, rng) → sums incl. "objective"
     # (params, windows (B,T+1,N), cfg) → (Ŝ(T) (B, N) predicted from S(0..T-1), (B,) mean CE of S(T)):
@@ -42,43 +63,29 @@ class ModelFamily:
     predict_and_score: Callable[[Any, jax.Array, Any], tuple[jax.Array, jax.Array]]
     last_slice_ce: Callable[[Any, jax.Array, Any], jax.Array]  # (params, windows, cfg) → (B,) mean CE of S(T)
     count_params: Callable[[Any], int]
-    # True when loss_sums accepts windows whose token axis was cut to N' < N by
-    # ``rank4jax.data.windows.trim_padding`` and returns exactly the sums of the full-width windows.
-    trims_padding: bool = False
-    # cfg → True when loss_sums also accepts a compact batch (``rank4jax.data.compact``: only the
-    # positions that can reach the loss) and returns exactly the sums of the full-width windows.
-    compacts_positions: Callable[[Any], bool] = lambda cfg: False
+    # what the "window_*" sums of this family measure (its selection loss), for logs, plots and tables
+    selection_loss: str = "window CE"
+    # the keys of its model section (``rank4jax.training.run_config.model_section`` converts one)
+    fields: tuple[str, ...] = ()
+    # cfg → the batch layouts loss_sums accepts besides full windows, each giving exactly the
+    # full-width sums: "trimmed" (the token axis cut to N' < N by ``rank4jax.data.windows.trim_padding``)
+    # and "compact" (``rank4jax.data.compact``: only the positions that can reach the loss).
+    layouts: Callable[[Any], tuple[str, ...]] = lambda cfg: ()
     # (params, training windows (n, T+1, N) numpy, cfg) → params: data-derived buffers of a fresh run
     # (the SPLM's unigram surprisal); checkpoints keep them, so a resumed run never recomputes them.
     init_from_data: Callable[[Any, Any, Any], Any] | None = None
 
 
-def _rank4_config(section: Mapping, vocab_size: int) -> rank4.Rank4Config:
-    fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout", "attention")
-    return rank4.Rank4Config(
-        vocab_size=vocab_size, zpx=zpx_config(section.get("zpx")), **{f: section[f] for f in fields}
-    )
+def _rank4_config(section: Mapping, vocab_size: int | None) -> rank4.Rank4Config:
+    values = read_section(section, "rank4", SIZES + ("n_heads", "dropout"), {"attention": "autodiff", "zpx": None})
+    score = zpx_config(values.pop("zpx"))
+    return rank4.Rank4Config(vocab_size=vocab_size, score=score, **values)
 
 
-def _rank4_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
-    """``windows`` may be a compact batch (a dict, see ``rank4jax.data.compact``).
-
-    Windows may be trimmed to N' ≤ N token columns: the position tables are prefixes of the
-    full ones and the cut columns are PAD keys (zero attention weight) with PAD targets (no loss),
-    so a model of width N' gives exactly the full-width sums (dropout masks differ in shape)."""
-    if isinstance(windows, Mapping):
-        sums, center = rank4.compact_loss_sums(params, windows, cfg, train=train, rng=rng), 0.0
-    else:
-        n_used = windows.shape[2]
-        if n_used > cfg.n_tokens:
-            raise ValueError(f"windows have {n_used} token columns, more than n_tokens={cfg.n_tokens}")
-        cfg = dataclasses.replace(cfg, n_tokens=n_used)
-        y, center = rank4.hidden_states_and_center(params, windows[:, :-1], cfg, train=train, rng=rng)
-        sums = rank4.readout_loss_sums(y, params["embed"]["sem"], params["readout"]["tmp"], windows[:, 1:])
-    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
-    if cfg.zpx.center_weight:  # never with a compact batch (compacts_positions excludes ZPX)
-        sums["objective"] = sums["objective"] + cfg.zpx.center_weight * center
-    return sums
+def _rank4_loss_sums(params, batch, cfg, *, train=False, rng=None) -> dict:
+    """``batch``: windows (B, T+1, N' ≤ N) or a compact batch (``rank4jax.models.rank4.layout``)."""
+    sums, aux = rank4.loss_sums(params, batch, cfg, train=train, rng=rng)
+    return with_objective(sums, aux, cfg.score.aux_weight)
 
 
 def _rank4_last_slice_ce(params, windows, cfg, logits=None):
@@ -101,28 +108,23 @@ RANK4 = ModelFamily(
     predict_and_score=_rank4_predict_and_score,
     last_slice_ce=_rank4_last_slice_ce,
     count_params=rank4.count_params,
-    trims_padding=True,
-    compacts_positions=lambda cfg: not cfg.zpx.enabled and cfg.attention == "autodiff",
+    selection_loss="window CE over every target of S(1..T)",
+    fields=SIZES + ("n_heads", "dropout", "attention", "zpx"),
+    layouts=lambda cfg: ("trimmed", "compact") if cfg.attention == "autodiff" else ("trimmed",),
 )
 
 
-def _baseline_config(section: Mapping, vocab_size: int) -> baseline.BaselineConfig:
-    fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout")
-    return baseline.BaselineConfig(
-        vocab_size=vocab_size,
-        teacher_forcing=bool(section.get("teacher_forcing", False)),
-        zpx=zpx_config(section.get("zpx")),
-        **{f: section[f] for f in fields},
-    )
+def _baseline_config(section: Mapping, vocab_size: int | None, family: str = "baseline") -> baseline.BaselineConfig:
+    optional = {"zpx": None} | ({"teacher_forcing": False} if family == "baseline" else {})
+    values = read_section(section, family, SIZES + ("n_heads", "dropout"), optional)
+    score = zpx_config(values.pop("zpx"))
+    values["teacher_forcing"] = bool(values.get("teacher_forcing", False))
+    return baseline.BaselineConfig(vocab_size=vocab_size, score=score, **values)
 
 
 def _baseline_loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
     out = baseline.decode(params, windows, cfg, train=train, rng=rng)
-    sums = baseline.target_sums(out["logits"], out["targets"])
-    sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)  # S(T)+EOS
-    if cfg.zpx.center_weight:
-        sums["objective"] = sums["objective"] + cfg.zpx.center_weight * out["center"]
-    return sums
+    return with_objective(baseline.target_sums(out["logits"], out["targets"]), out["aux"], cfg.score.aux_weight)
 
 
 def _baseline_last_slice_ce(params, windows, cfg):
@@ -151,6 +153,8 @@ BASELINE = ModelFamily(
     predict_and_score=_baseline_predict_and_score,
     last_slice_ce=_baseline_last_slice_ce,
     count_params=baseline.count_params,
+    selection_loss="free-running S(T)+EOS CE",
+    fields=SIZES + ("n_heads", "dropout", "teacher_forcing", "zpx"),
 )
 
 
@@ -162,9 +166,7 @@ def _stream_family(name: str, make_config, init, logits_and_penalty, count_param
     def loss_sums(params, windows, cfg, *, train=False, rng=None) -> dict:
         packed = stream.pack_stream(windows)
         logits, penalty = logits_and_penalty(params, packed["inputs"], cfg, train=train, rng=rng)
-        sums = stream.stream_sums(logits, packed["targets"], packed["last"])
-        sums["objective"] = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1) + penalty
-        return sums
+        return with_objective(stream.stream_sums(logits, packed["targets"], packed["last"]), penalty)
 
     def last_slice_ce(params, windows, cfg):
         packed = stream.pack_stream(windows)
@@ -175,7 +177,17 @@ def _stream_family(name: str, make_config, init, logits_and_penalty, count_param
         logits_fn = lambda s: logits_and_penalty(params, s, cfg)[0]  # noqa: E731
         return stream.greedy_last_state(logits_fn, windows[:, :-1], cfg.n_tokens), last_slice_ce(params, windows, cfg)
 
-    return ModelFamily(name, make_config, init, loss_sums, predict_and_score, last_slice_ce, count_params, **extra)
+    return ModelFamily(
+        name,
+        make_config,
+        init,
+        loss_sums,
+        predict_and_score,
+        last_slice_ce,
+        count_params,
+        selection_loss="next-token CE over the stream",
+        **extra,
+    )
 
 
 def _baseline_lm_logits(params, inputs, cfg, *, train=False, rng=None):
@@ -185,17 +197,22 @@ def _baseline_lm_logits(params, inputs, cfg, *, train=False, rng=None):
 # The 1-D baseline as a teacher-forced next-token LM over each window's token stream: the matched
 # attention model for the SPLM (same stream, same loss).
 BASELINE_LM = _stream_family(
-    "baseline_lm", _baseline_config, baseline.init_params, _baseline_lm_logits, baseline.count_params
+    "baseline_lm",
+    functools.partial(_baseline_config, family="baseline_lm"),
+    baseline.init_params,
+    _baseline_lm_logits,
+    baseline.count_params,
+    fields=SIZES + ("n_heads", "dropout", "zpx"),
 )
 
 
-def _splm_config(section: Mapping, vocab_size: int) -> splm.SPLMConfig:
-    fields = ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers", "dropout")
-    known = {f.name for f in dataclasses.fields(splm.SPLMConfig)} - set(fields) - {"vocab_size", "xi_stop_gradient"}
-    extra = section_values(section.get("splm"), known, "model.splm")
+def _splm_config(section: Mapping, vocab_size: int | None) -> splm.SPLMConfig:
+    values = read_section(section, "splm", SIZES, {"splm": None})
+    known = {f.name for f in dataclasses.fields(splm.SPLMConfig)} - set(SIZES) - {"vocab_size", "xi_stop_gradient"}
+    extra = section_values(values.pop("splm"), known, "model.splm")
     if "xi_alphas" in extra:
         extra["xi_alphas"] = tuple(extra["xi_alphas"])
-    return splm.SPLMConfig(vocab_size=vocab_size, **{f: section[f] for f in fields}, **extra)
+    return splm.SPLMConfig(vocab_size=vocab_size, **values, **extra)
 
 
 def _splm_logits(params, inputs, cfg, *, train=False, rng=None):
@@ -215,7 +232,13 @@ def _splm_init_from_data(params, train_windows, cfg):
 
 
 SPLM = _stream_family(
-    "splm", _splm_config, splm.init_params, _splm_logits, splm.count_params, init_from_data=_splm_init_from_data
+    "splm",
+    _splm_config,
+    splm.init_params,
+    _splm_logits,
+    splm.count_params,
+    init_from_data=_splm_init_from_data,
+    fields=SIZES + ("splm",),
 )
 
 FAMILIES = {f.name: f for f in (RANK4, BASELINE, BASELINE_LM, SPLM)}

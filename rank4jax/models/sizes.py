@@ -33,9 +33,12 @@ def section_values(section, known: set[str], name: str) -> dict:
 
 def validate_window_model(cfg) -> None:
     """Normalise and check a frozen config's sizes and dropout in place (positive integers, a
-    vocabulary that holds the four special tokens, dropout in [0, 1))."""
+    vocabulary that holds the four special tokens, dropout in [0, 1)). Fields a family does not
+    have are skipped; ``vocab_size=None`` is a config validated before the vocabulary is known."""
     for field in SIZE_FIELDS:
-        object.__setattr__(cfg, field, check_positive_int(field, getattr(cfg, field)))
-    if cfg.vocab_size < 4:
+        if hasattr(cfg, field) and not (field == "vocab_size" and cfg.vocab_size is None):
+            object.__setattr__(cfg, field, check_positive_int(field, getattr(cfg, field)))
+    if cfg.vocab_size is not None and cfg.vocab_size < 4:
         raise ConfigError(f"vocab_size must be at least 4 (PAD, UNK, BOS, EOS), got {cfg.vocab_size}")
-    object.__setattr__(cfg, "dropout", check_dropout("dropout", cfg.dropout))
+    if hasattr(cfg, "dropout"):
+        object.__setattr__(cfg, "dropout", check_dropout("dropout", cfg.dropout))

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.common import uniform_fan_in
+from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import section_values
 
 SCORES = ("standard", "zpx_angle", "zpx_angle_sphere")
@@ -42,18 +43,22 @@ SCORES = ("standard", "zpx_angle", "zpx_angle_sphere")
 
 @dataclasses.dataclass(frozen=True)
 class ZPXConfig:
-    """Attention-score variant. ``standard`` is the plain content score (no encoder parameters)."""
+    """The ZPX attention-score variant (the hook of ``rank4jax.models.scores``): a phase encoder per
+    layer, named ``zpx`` in the layer's parameters; the angle (+ sphere) term joins every head's
+    score; its auxiliary value is the centre-cancellation term, weighted by ``center_weight``."""
 
-    score: str = "standard"
+    score: str = "zpx_angle"
     channels: int = 8  # C
     lambda_angle: float = 1.0  # λθ
     lambda_sphere: float = 1.0  # λS
     center_weight: float = 0.0  # weight of the centre-cancellation regulariser in the loss
     max_log_radius: float = 4.0  # R
 
+    name = "zpx"  # key of its parameters in each layer (a class attribute, not a field)
+
     def __post_init__(self):
-        if self.score not in SCORES:
-            raise ConfigError(f"zpx.score must be one of {SCORES}, got {self.score!r}")
+        if self.score not in SCORES or self.score == "standard":
+            raise ConfigError(f"zpx.score must be one of {SCORES[1:]} for a ZPXConfig, got {self.score!r}")
         if isinstance(self.channels, bool) or not isinstance(self.channels, numbers.Integral) or self.channels < 1:
             raise ConfigError(f"zpx.channels must be a positive integer, got {self.channels!r}")
         for name in ("lambda_angle", "lambda_sphere", "center_weight", "max_log_radius"):
@@ -63,22 +68,67 @@ class ZPXConfig:
             object.__setattr__(self, name, float(value))
         if self.center_weight < 0 or self.max_log_radius <= 0:
             raise ConfigError("zpx.center_weight must be >= 0 and zpx.max_log_radius > 0")
-        if self.score == "standard" and self.center_weight:
-            raise ConfigError("zpx.center_weight needs a ZPX score (zpx_angle or zpx_angle_sphere)")
         object.__setattr__(self, "channels", int(self.channels))
-
-    @property
-    def enabled(self) -> bool:
-        return self.score != "standard"
 
     @property
     def uses_sphere(self) -> bool:
         return self.score == "zpx_angle_sphere"
 
+    @property
+    def aux_weight(self) -> float:
+        return self.center_weight
 
-def zpx_config(section) -> ZPXConfig:
-    """A ZPXConfig from a run config's ``model.zpx`` section (a mapping; missing keys take defaults)."""
-    return ZPXConfig(**section_values(section, {f.name for f in dataclasses.fields(ZPXConfig)}, "model.zpx"))
+    @property
+    def feature_width(self) -> int:
+        """F: 2C for the angle term, 5C with the sphere term."""
+        return (5 if self.uses_sphere else 2) * self.channels
+
+    # --- the score-variant hook (rank4jax.models.scores) ---
+
+    def init_layer(self, key: jax.Array, width: int, dtype) -> dict:
+        return init_phase_encoder(key, width, self.channels, dtype)
+
+    def export_shapes(self, width: int) -> dict[str, tuple[int, ...]]:
+        c = self.channels
+        return {f"zpx.{kind}_{n}": (width, c) if kind == "w" else (c,) for n in ("r", "theta", "b") for kind in "wb"}
+
+    def scores(self, params: dict, u: jax.Array, key_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """u (B, P, D) → (the score term (B, P, K), the centre-cancellation value over the real keys)."""
+        phase = encode_phase(params, u, self.max_log_radius)
+        return geometric_scores(*geometric_features(phase, self)), center_cancellation(phase, key_mask)
+
+    def init_cache(self, batch: int, slots: int, dtype) -> dict:
+        """Key features g (B, S, F) and the running sums Σ x, Σ y (B, C) over the real slots."""
+        zeros = jnp.zeros((batch, self.channels), dtype)
+        return {"g": jnp.zeros((batch, slots, self.feature_width), dtype), "sx": zeros, "sy": zeros}
+
+    def cached_scores(self, params: dict, u, cache: dict, start, real) -> tuple[jax.Array, dict]:
+        """u (B, Q, D) at slots [start, start+Q), real (B, Q) → (score term (B, Q, S), cache entries)."""
+        phase = encode_phase(params, u, self.max_log_radius)
+        query_features, key_features = geometric_features(phase, self)
+        g = jax.lax.dynamic_update_slice_in_dim(cache["g"], key_features, start, axis=1)
+        w = real.astype(u.dtype)[..., None]
+        sums = {
+            "sx": cache["sx"] + jnp.sum(phase["x"] * w, axis=1),
+            "sy": cache["sy"] + jnp.sum(phase["y"] * w, axis=1),
+        }
+        return geometric_scores(query_features, g), {"g": g} | sums
+
+    def cached_aux(self, caches: list) -> jax.Array:
+        """Mean over layers, batch and channels of |Σ_i r_i e^{iφ_i}|² from the running sums."""
+        return jnp.mean(jnp.stack([jnp.mean(c["sx"] ** 2 + c["sy"] ** 2) for c in caches]))
+
+
+def zpx_config(section):
+    """The score variant of a run config's ``model.zpx`` section (a mapping; missing keys take
+    defaults): ``scores.STANDARD`` for score "standard", else a ZPXConfig."""
+    values = section_values(section, {f.name for f in dataclasses.fields(ZPXConfig)}, "model.zpx")
+    if values.get("score", "standard") == "standard":
+        if values.get("center_weight"):
+            raise ConfigError("zpx.center_weight needs a ZPX score (zpx_angle or zpx_angle_sphere)")
+        ZPXConfig(**(values | {"score": "zpx_angle"}))  # the other values are still checked
+        return STANDARD
+    return ZPXConfig(**values)
 
 
 def init_phase_encoder(key: jax.Array, width: int, channels: int, dtype=jnp.float32) -> dict:

@@ -27,8 +27,9 @@ def batch_layout(
     """windows (B, T+1, N) numpy → the step's input. ``groups``: devices along the data axis (a
     compact batch keeps each device's windows in a group of its own)."""
     single = jax.process_count() == 1
-    compact = config.get("compact_buckets", 0) if single and family.compacts_positions(model_cfg) else 0
-    trim = config.get("trim_padding_multiple", 0) if single and family.trims_padding and not compact else 0
+    accepted = family.layouts(model_cfg) if single else ()
+    compact = config.get("compact_buckets", 0) if "compact" in accepted else 0
+    trim = config.get("trim_padding_multiple", 0) if "trimmed" in accepted and not compact else 0
 
     def layout(windows: np.ndarray):
         if compact:

@@ -8,15 +8,13 @@ free-running S(T)+EOS loss). LS(T) of both is the mean CE over the same content 
 
 from __future__ import annotations
 
-import json
 import os
 
 import ml_collections
 
 from rank4jax.errors import ConfigError
-from rank4jax.training.eval_run import evaluate_run
-from rank4jax.training.loop import train
-from rank4jax.training.metrics import read_metrics
+from rank4jax.models.family import FAMILIES
+from rank4jax.training.experiment import run_all, write_outputs
 from rank4jax.training.run_config import to_json_dict
 
 SAME_SECTIONS = ("data", "tokenizer", "seed")
@@ -55,48 +53,43 @@ def compare(rank4_config, baseline_config, workdir: str, split: str = "test", cl
     ``cloze_data``, on every story of that Story Cloze file (both scoring rules); write the table."""
     _check_same_windows(rank4_config, baseline_config)
     _check_cloze_data(cloze_data, rank4_config)
-    runs = {"rank4": rank4_config, "baseline": baseline_config}
-    summaries, reports, curves, cloze = {}, {}, {}, {}
-    for name, config in runs.items():
-        run_dir = os.path.join(workdir, name)
-        summaries[name] = train(config, run_dir)
-        reports[name] = evaluate_run(run_dir, split=split, num_examples=3, rollout_steps=1)
-        if cloze_data:
-            cloze[name] = evaluate_run(run_dir, split="all", data_path=cloze_data, num_examples=0, rollout_steps=0)
-        curves[name] = read_metrics(run_dir)
-    best_val = {
-        name: min((r["last_slice_ce"] for r in curves[name].get("validation", [])), default=float("nan"))
-        for name in runs
-    }
-    r, b = reports["rank4"], reports["baseline"]
+    extra = {"cloze": {"split": "all", "data_path": cloze_data, "num_examples": 0, "rollout_steps": 0}}
+    runs = run_all(
+        {"rank4": rank4_config, "baseline": baseline_config},
+        workdir,
+        split=split,
+        num_examples=3,
+        extra_evals=extra if cloze_data else None,
+    )
+    r, b = runs["rank4"].report, runs["baseline"].report
     assert r["last_slice_tokens"] == b["last_slice_tokens"], "LS(T) must cover the same tokens"
-    t_r, t_b = summaries["rank4"]["wall_time_total_s"], summaries["baseline"]["wall_time_total_s"]
+    t_r, t_b = runs["rank4"].summary["wall_time_total_s"], runs["baseline"].summary["wall_time_total_s"]
     result = {
         "split": split,
         "ls_tokens": r["last_slice_tokens"],
         "rank4_ls": r["last_slice_ce"],
         "baseline_ls": b["last_slice_ce"],
         "delta": b["last_slice_ce"] - r["last_slice_ce"],  # positive: the rank-4 model is lower
-        "rank4_params": summaries["rank4"]["parameters"],
-        "baseline_params": summaries["baseline"]["parameters"],
+        "rank4_params": runs["rank4"].summary["parameters"],
+        "baseline_params": runs["baseline"].summary["parameters"],
         "rank4_wall_s": t_r,
         "baseline_wall_s": t_b,
         "wall_ratio": t_b / t_r,
-        "rank4_best_val_ls": best_val["rank4"],
-        "baseline_best_val_ls": best_val["baseline"],
-        "rank4_best_step": summaries["rank4"]["best_step"],
-        "baseline_best_step": summaries["baseline"]["best_step"],
+        "rank4_best_val_ls": runs["rank4"].best_val_ls,
+        "baseline_best_val_ls": runs["baseline"].best_val_ls,
+        "rank4_best_step": runs["rank4"].summary["best_step"],
+        "baseline_best_step": runs["baseline"].summary["best_step"],
     }
-    for name, report in (cloze or reports).items():  # the external file's, else the split's own endings
+    for name, run in runs.items():  # the external file's endings, else the split's own
+        report = run.extra.get("cloze", run.report)
         for key in ("cloze_stories", "cloze_accuracy", "cloze_accuracy_normalised", "cloze_contexts"):
             result[f"{name}_{key}"] = report.get(key)
-    result["cloze_data"] = cloze_data or (reports["rank4"]["data"] + f" ({split} split)")
+    result["cloze_data"] = cloze_data or (r["data"] + f" ({split} split)")
     result["table"] = table_markdown(result, rank4_config)
-    with open(os.path.join(workdir, "compare.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(workdir, "compare.md"), "w", encoding="utf-8") as f:
-        f.write(result["table"] + "\n")
-    plot_comparison(curves, os.path.join(workdir, "plots", "compare_curves.png"))
+    write_outputs(workdir, "compare", result, result["table"])
+    plot_comparison(
+        {name: run.curves for name, run in runs.items()}, os.path.join(workdir, "plots", "compare_curves.png")
+    )
     return result
 
 
@@ -163,7 +156,7 @@ def plot_comparison(curves: dict, out_path: str) -> None:
 
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    labels = {"rank4": "rank-4: shifted-window loss", "baseline": "baseline: free-running S(T)+EOS"}
+    labels = {name: f"{name}: {FAMILIES[name].selection_loss}" for name in curves}
     for name, metrics in curves.items():
         train_pts = [(r["step"], r["loss"]) for r in metrics.get("train", [])]
         val_pts = [(r["step"], r["window_ce"]) for r in metrics.get("validation", [])]

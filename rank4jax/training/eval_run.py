@@ -80,6 +80,7 @@ def evaluate_run(
         "stories": len(stories),
         "windows": int(len(windows)),
         "skipped_stories": window_set.n_skipped,
+        "selection_loss": family.selection_loss,  # what "window_ce" measures for this family
     }
     if not len(windows):
         report["note"] = "no windows in this split"

@@ -117,7 +117,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         sharding.check_divisibility(
             mesh,
             batch_sizes={"batch_size": config.batch_size, "eval_batch_size": config.eval_batch_size},
-            n_heads=config.model.n_heads,
+            n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
             hidden=4 * config.model.dx * config.model.dt,
         )
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
@@ -193,8 +193,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                     last_val = evaluate_and_log(step)
                     v = last_val
                     bar.write(
-                        f"step {step}: val window CE {v['window_ce']:.4f}, LS(T) {v['last_slice_ce']:.4f}, "
-                        f"token acc {v['token_accuracy']:.3f}"
+                        f"step {step}: val {family.selection_loss} {v['window_ce']:.4f}, "
+                        f"LS(T) {v['last_slice_ce']:.4f}, token acc {v['token_accuracy']:.3f}"
                     )
                     t_last = time.perf_counter()
                 if checkpoint_now or stop.signal:
@@ -216,6 +216,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
     summary = {
         "workdir": os.path.abspath(workdir),
         "model_family": family.name,
+        "selection_loss": family.selection_loss,  # what "window_ce" measures for this family
         "parameters": n_params,
         "step": final_step,
         "best_step": best,

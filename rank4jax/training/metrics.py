@@ -55,6 +55,15 @@ def read_metrics(workdir: str) -> dict[str, list[dict]]:
     return out
 
 
+def selection_loss(workdir: str) -> str:
+    """The run's selection-loss label (its family's, from the training summary), or a generic one."""
+    try:
+        with open(os.path.join(workdir, "train_summary.json"), encoding="utf-8") as f:
+            return json.load(f).get("selection_loss") or "selection loss"
+    except (OSError, ValueError):
+        return "selection loss"
+
+
 def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
     """Draw train window loss, validation window loss and validation LS(T) against step (like the
     paper's Figures 3–4) into ``workdir/plots/curves.png``. Returns the path, or None if no data."""
@@ -69,10 +78,11 @@ def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
         return None
     out_path = out_path or os.path.join(workdir, "plots", "curves.png")
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    selection = selection_loss(workdir)
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     panels = [
-        (axes[0], train, "loss", "train window loss (teacher-forced)"),
-        (axes[1], val, "window_ce", "validation window loss"),
+        (axes[0], train, "loss", f"training objective: {selection}"),
+        (axes[1], val, "window_ce", f"validation {selection}"),
         (axes[2], val, "last_slice_ce", "validation LS(T)"),
     ]
     for ax, records, key, title in panels:

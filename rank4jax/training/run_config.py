@@ -26,9 +26,14 @@ def _check_nonnegative(name: str, value) -> None:
 
 def validate(config: ml_collections.ConfigDict) -> None:
     family = get_family(config.model_family)
-    for name in ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers"):
-        check_positive_int(f"model.{name}", config.model[name])
-    check_dropout("model.dropout", config.model.dropout)
+    # the family's own section: its keys only, each value checked, before any data is read (the
+    # vocabulary size is only known after tokenizing)
+    for name in family.fields:
+        if name in ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers") and name in config.model:
+            check_positive_int(f"model.{name}", config.model[name])
+    if "dropout" in family.fields and "dropout" in config.model:
+        check_dropout("model.dropout", config.model.dropout)
+    family.make_config(config.model, None)
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)
@@ -69,9 +74,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"tokenizer.build_on must be 'train' or 'all', got {tok.build_on!r}")
     check_positive_int("tokenizer.min_count", tok.min_count)
     check_positive_int("tokenizer.vocab_size", tok.vocab_size)
-    # the family's own checks (ZPX, SPLM sections …) before any data is read; the real vocabulary
-    # size is only known after tokenizing, so a placeholder that passes the size check stands in
-    family.make_config(config.model, 64)
+
+
+def model_section(family_name: str, base=None, **values) -> ml_collections.ConfigDict:
+    """A ``model`` section for ``family_name``: the keys of ``base`` (another family's section) that
+    this family reads, then ``values``. Used by configs and experiment runners that switch family."""
+    family = get_family(family_name)
+    kept = {k: base[k] for k in family.fields if base is not None and k in base}
+    section = ml_collections.ConfigDict(
+        {k: v.to_dict() if isinstance(v, ml_collections.ConfigDict) else v for k, v in kept.items()}
+    )
+    for key, value in values.items():
+        section[key] = value
+    return section
 
 
 def tokenizer_options(config: ml_collections.ConfigDict) -> dict:

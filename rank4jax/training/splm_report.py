@@ -9,9 +9,7 @@ count from ``jax.eval_shape``) to come closest to the SPLM-Gaussian's count, as 
 from __future__ import annotations
 
 import copy
-import json
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -23,10 +21,10 @@ from rank4jax.models import splm, stream
 from rank4jax.models.family import get_family
 from rank4jax.training.checkpointing import restore_params_numpy
 from rank4jax.training.data_setup import prepare_data
-from rank4jax.training.eval_run import evaluate_run
-from rank4jax.training.loop import train
-from rank4jax.training.metrics import steady_ms_per_step
+from rank4jax.training.experiment import run_all, write_outputs
+from rank4jax.training.run_config import model_section
 
+ATTENTION_HEADS = 2  # the matched attention LM's heads (the SPLM has none); its depth is matched
 CARD = {"attention": 7.81, "splm_mlp": 9.70, "splm_gaussian": 16.33}  # TinyStories validation PPL
 
 
@@ -50,6 +48,7 @@ def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
     mlp.model.splm.mlp_hidden = min(range(8, 4097, 8), key=with_hidden)
     attention = copy.deepcopy(gaussian)
     attention.model_family = "baseline_lm"
+    attention.model = model_section("baseline_lm", gaussian.model, n_heads=ATTENTION_HEADS, dropout=0.0)
 
     def with_layers(layers):
         attention.model.n_layers = layers
@@ -89,26 +88,23 @@ def landscape(workdir: str, windows: np.ndarray, batch_size: int = 64) -> dict:
 def run_report(base: ml_collections.ConfigDict, workdir: str, label: str) -> dict:
     data = prepare_data(base, None)
     configs = matched_configs(base, data.tokenizer.vocab_size)
+    runs = run_all(configs, workdir, split="validation")
     rows = []
-    for name, config in configs.items():
-        run_dir = os.path.join(workdir, name)
-        summary = train(config, run_dir)
-        report = evaluate_run(run_dir, split="validation", num_examples=0, rollout_steps=1)
+    for name, run in runs.items():
         row = {
             "corpus": label,
             "model": name,
-            "ppl": math.exp(report["window_ce"]),
-            "ls": report["last_slice_ce"],
-            "params": summary["parameters"],
-            "ms_per_step": steady_ms_per_step(run_dir, config.batch_size),
-            "wall_s": summary["wall_time_total_s"],
+            "ppl": math.exp(run.report["window_ce"]),
+            "ls": run.report["last_slice_ce"],
+            "params": run.summary["parameters"],
+            "ms_per_step": run.ms_per_step,
+            "wall_s": run.summary["wall_time_total_s"],
             "card_ppl": CARD[name],
         }
-        if config.model_family == "splm":
-            row |= landscape(run_dir, data.windows["validation"].windows, config.eval_batch_size)
+        if run.config.model_family == "splm":
+            row |= landscape(run.run_dir, data.windows["validation"].windows, run.config.eval_batch_size)
         rows.append(row)
-    with open(os.path.join(workdir, "splm_report.json"), "w", encoding="utf-8") as f:
-        json.dump(rows, f, indent=2)
+    write_outputs(workdir, "splm_report", rows, "")
     return {"rows": rows, "table": table_markdown(rows)}
 
 

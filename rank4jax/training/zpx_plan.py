@@ -8,14 +8,10 @@ reported split's LS(T), the lowest validation LS(T) logged, parameters and wall 
 from __future__ import annotations
 
 import copy
-import json
-import os
 
 import ml_collections
 
-from rank4jax.training.eval_run import evaluate_run
-from rank4jax.training.loop import train
-from rank4jax.training.metrics import read_metrics, steady_ms_per_step
+from rank4jax.training.experiment import run_all, write_outputs
 
 VARIANTS = {  # name → model.zpx overrides
     "standard": {"score": "standard", "center_weight": 0.0},
@@ -36,31 +32,27 @@ def variant_config(base: ml_collections.ConfigDict, variant: str, center_weight:
 
 def run_plan(bases: dict, workdir: str, *, center_weight: float = 0.01, split: str = "test") -> dict:
     """``bases``: family label → run config (same data). Trains every (family, variant) run."""
-    rows = []
-    for label, base in bases.items():
-        for variant in VARIANTS:
-            config = variant_config(base, variant, center_weight)
-            run_dir = os.path.join(workdir, f"{label}_{variant.replace('+', '_')}")
-            summary = train(config, run_dir)
-            report = evaluate_run(run_dir, split=split, num_examples=0, rollout_steps=1)
-            val = read_metrics(run_dir).get("validation", [])
-            rows.append(
-                {
-                    "family": label,
-                    "variant": variant,
-                    "ls": report["last_slice_ce"],
-                    "best_val_ls": min((r["last_slice_ce"] for r in val), default=float("nan")),
-                    "params": summary["parameters"],
-                    "ms_per_step": steady_ms_per_step(run_dir, config.batch_size),
-                    "wall_s": summary["wall_time_total_s"],
-                    "steps": summary["step"],
-                }
-            )
+    configs = {
+        f"{label}_{variant.replace('+', '_')}": (label, variant, variant_config(base, variant, center_weight))
+        for label, base in bases.items()
+        for variant in VARIANTS
+    }
+    runs = run_all({name: config for name, (_, _, config) in configs.items()}, workdir, split=split)
+    rows = [
+        {
+            "family": label,
+            "variant": variant,
+            "ls": runs[name].report["last_slice_ce"],
+            "best_val_ls": runs[name].best_val_ls,
+            "params": runs[name].summary["parameters"],
+            "ms_per_step": runs[name].ms_per_step,
+            "wall_s": runs[name].summary["wall_time_total_s"],
+            "steps": runs[name].summary["step"],
+        }
+        for name, (label, variant, _) in configs.items()
+    ]
     result = {"split": split, "center_weight": center_weight, "rows": rows, "table": table_markdown(rows, split)}
-    with open(os.path.join(workdir, "zpx_plan.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(workdir, "zpx_plan.md"), "w", encoding="utf-8") as f:
-        f.write(result["table"] + "\n")
+    write_outputs(workdir, "zpx_plan", result, result["table"])
     return result
 
 

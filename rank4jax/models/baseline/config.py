@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from rank4jax.errors import ConfigError
+from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import validate_window_model
-from rank4jax.models.zpx import ZPXConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,7 +16,7 @@ class BaselineConfig:
     ``teacher_forcing``: feed the gold previous target token instead of the model's own argmax.
     An extra for diagnostics; the paper's comparison is free-running (False)."""
 
-    vocab_size: int
+    vocab_size: int | None  # None: validated before the vocabulary is known (no model can be built)
     n_tokens: int
     n_slices: int
     dx: int
@@ -25,7 +25,7 @@ class BaselineConfig:
     n_layers: int
     dropout: float = 0.1
     teacher_forcing: bool = False
-    zpx: ZPXConfig = ZPXConfig()  # attention-score variant: standard | zpx_angle | zpx_angle_sphere
+    score: object = STANDARD  # attention-score variant (rank4jax.models.scores): the paper's, or a ZPXConfig
 
     def __post_init__(self):
         validate_window_model(self)

@@ -14,10 +14,9 @@ target is scored against the gold token. ``lax.scan`` runs one incremental step 
 over a per-layer K/V cache. Teacher forcing (feed the gold token) is a flag, never the reported
 comparison.
 
-ZPX scores (``cfg.zpx``): each layer's phase encoder reads the normalised stream; the key-side
-geometric features (B, S, F) are cached beside K and V, the query side joins every head's score
-before the causal and padding mask, and running sums Σ x, Σ y (B, C) over the real slots give the
-centre-cancellation value at the end of the decode.
+An attention-score variant (``cfg.score``, ``rank4jax.models.scores``) reads each layer's normalised
+stream, keeps what it needs in the layer's cache beside K and V, and adds a term to every head's
+score before the causal and padding mask; the paper's baseline holds ``STANDARD``.
 """
 
 from __future__ import annotations
@@ -39,10 +38,11 @@ from rank4jax.models.common import (
     init_layer_norm,
     init_mlp,
     layer_norm,
+    masked_softmax,
     sinusoid_table,
     uniform_fan_in,
 )
-from rank4jax.models.zpx import encode_phase, geometric_features, geometric_scores, init_phase_encoder
+from rank4jax.models.scores import init_layer_params, layer_params
 
 
 def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
@@ -60,9 +60,7 @@ def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
             "ln_mlp": init_layer_norm((d,), dtype),
             "mlp": init_mlp(km, d, dtype),
         }
-        if cfg.zpx.enabled:  # a key of its own, so the standard parameters do not change
-            layer["zpx"] = init_phase_encoder(jax.random.fold_in(layer_key, 7), d, cfg.zpx.channels, dtype)
-        layers.append(layer)
+        layers.append(layer | init_layer_params(cfg.score, layer_key, d, dtype))
     return {"embed": embed, "layers": layers, "final_ln": init_layer_norm((d,), dtype)}
 
 
@@ -92,8 +90,8 @@ def _embed(params, tokens, positions, cfg):
 
 
 def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
-    """x (B, Q, D) at slots [start, start+Q) → (x, cache). cache: k, v (B, H, S, E) and with ZPX
-    g (B, S, F), sx, sy (B, C); key_ok (B, Q, S) which cached slots each query may attend to."""
+    """x (B, Q, D) at slots [start, start+Q) → (x, cache). cache: k, v (B, H, S, E) and the score
+    variant's entries; key_ok (B, Q, S) which cached slots each query may attend to."""
     batch, q_len, d = x.shape
     heads, e = cfg.n_heads, d // cfg.n_heads
     r_attn, r_mlp = (None, None) if rng is None else jax.random.split(rng)
@@ -107,18 +105,15 @@ def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
         "k": jax.lax.dynamic_update_slice_in_dim(cache["k"], k, start, axis=2),
         "v": jax.lax.dynamic_update_slice_in_dim(cache["v"], v, start, axis=2),
     }
+    rows = jnp.arange(q_len)
+    real = key_ok[:, rows, start + rows]  # (B, Q): the query's own slot holds a real token
+    extra, entries = cfg.score.cached_scores(layer_params(cfg.score, layer), u, cache, start, real)
+    new |= entries
     scores = jnp.einsum("bhqe,bhse->bhqs", q, new["k"]) / np.sqrt(e)
-    if cfg.zpx.enabled:
-        phase = encode_phase(layer["zpx"], u, cfg.zpx.max_log_radius)
-        query_features, key_features = geometric_features(phase, cfg.zpx)
-        new["g"] = jax.lax.dynamic_update_slice_in_dim(cache["g"], key_features, start, axis=1)
-        scores = scores + geometric_scores(query_features, new["g"])[:, None]
-        rows = jnp.arange(q_len)
-        real = key_ok[:, rows, start + rows].astype(x.dtype)[..., None]  # (B, Q, 1): the query's own slot
-        new["sx"] = cache["sx"] + jnp.sum(phase["x"] * real, axis=1)
-        new["sy"] = cache["sy"] + jnp.sum(phase["y"] * real, axis=1)
-    scores = jnp.where(key_ok[:, None], scores, jnp.finfo(scores.dtype).min)
-    out = jnp.einsum("bhqs,bhse->bhqe", jax.nn.softmax(scores, axis=-1), new["v"])
+    if extra is not None:
+        scores = scores + extra[:, None]
+    weights = masked_softmax(scores, key_ok[:, None])
+    out = jnp.einsum("bhqs,bhse->bhqe", weights, new["v"])
     out = jnp.einsum("bqd,de->bqe", out.transpose(0, 2, 1, 3).reshape(batch, q_len, d), layer["attn"]["o"])
     x = x + dropout(out, cfg.dropout, r_attn, train)
     u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
@@ -148,19 +143,11 @@ def _slot_valid(context_len, cfg):
 
 
 def _empty_caches(params, batch: int, cfg: BaselineConfig) -> list:
-    """Per layer zeros: k, v (B, H, S, E) with S = Lc + N slots; with ZPX also g (B, S, F), sx, sy (B, C)."""
+    """Per layer zeros: k, v (B, H, S, E) with S = Lc + N slots, and the score variant's entries."""
     slots, dtype = cfg.context_slots + cfg.n_tokens, params["embed"].dtype
     cache = {name: jnp.zeros((batch, cfg.n_heads, slots, cfg.width // cfg.n_heads), dtype) for name in "kv"}
-    if cfg.zpx.enabled:
-        features = (5 if cfg.zpx.uses_sphere else 2) * cfg.zpx.channels
-        cache |= {"g": jnp.zeros((batch, slots, features), dtype)}
-        cache |= {name: jnp.zeros((batch, cfg.zpx.channels), dtype) for name in ("sx", "sy")}
+    cache |= cfg.score.init_cache(batch, slots, dtype)
     return [dict(cache) for _ in params["layers"]]
-
-
-def center_from_caches(caches: list) -> jax.Array:
-    """Mean over layers, batch and channels of |Σ_i r_i e^{iφ_i}|² from the running sums (ZPX only)."""
-    return jnp.mean(jnp.stack([jnp.mean(c["sx"] ** 2 + c["sy"] ** 2) for c in caches]))
 
 
 def _target_slots(context_len, cfg, n_fed: int):
@@ -205,8 +192,8 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
 
     (caches, _), (step_logits, fed) = jax.lax.scan(step, (caches, first), jnp.arange(cfg.n_tokens))
     all_logits = jnp.concatenate([first[:, None], jnp.swapaxes(step_logits, 0, 1)], axis=1)
-    center = center_from_caches(caches) if cfg.zpx.enabled else jnp.zeros((), all_logits.dtype)
-    return {"logits": all_logits, "fed": jnp.swapaxes(fed, 0, 1), "center": center, **packed}
+    aux = cfg.score.cached_aux(caches).astype(all_logits.dtype)
+    return {"logits": all_logits, "fed": jnp.swapaxes(fed, 0, 1), "aux": aux, **packed}
 
 
 def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> jax.Array:

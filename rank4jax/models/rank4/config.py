@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from rank4jax.errors import ConfigError
+from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import validate_window_model
-from rank4jax.models.zpx import ZPXConfig
 
 ATTENTION_MODES = ("autodiff", "analytic")  # "analytic": the §6 hand-derived backward as a custom VJP
 
@@ -16,7 +16,7 @@ class Rank4Config:
     """Sizes of one rank-4 model. Axes: V vocab, N tokens per state, T input slices, dx semantic
     fiber, dt temporal-context fiber, H heads, L layers."""
 
-    vocab_size: int
+    vocab_size: int | None  # None: validated before the vocabulary is known (no model can be built)
     n_tokens: int
     n_slices: int
     dx: int
@@ -25,13 +25,13 @@ class Rank4Config:
     n_layers: int
     dropout: float = 0.1
     attention: str = "autodiff"
-    zpx: ZPXConfig = ZPXConfig()  # attention-score variant: standard | zpx_angle | zpx_angle_sphere
+    score: object = STANDARD  # attention-score variant (rank4jax.models.scores): the paper's, or a ZPXConfig
 
     def __post_init__(self):
         validate_window_model(self)
         if self.attention not in ATTENTION_MODES:
             raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
-        if self.attention == "analytic" and self.zpx.enabled:
+        if self.attention == "analytic" and self.score != STANDARD:
             raise ConfigError("the analytic (§6) backward covers the standard score only; use attention='autodiff'")
 
     @property

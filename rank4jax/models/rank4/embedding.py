@@ -44,6 +44,15 @@ def embed_tokens(params: dict, tok: jax.Array, spatial: jax.Array, joint: jax.Ar
     return x + joint[..., None, :]  # Stage D: R[x + t, q], same for every n
 
 
+def embed_rows(params: dict, rows, cfg: Rank4Config) -> jax.Array:
+    """X at the rows of a layout (``rank4jax.models.rank4.layout.Rows``): (G, R, D) flattened fibers."""
+    spatial, joint = position_tables(cfg, params["sem"].dtype)  # P (N, dx), R[x+t] (N, T, dt)
+    x = embed_tokens(
+        params, rows.tokens, jnp.asarray(spatial)[rows.position], jnp.asarray(joint)[rows.position, rows.slice]
+    )
+    return x.reshape(rows.tokens.shape + (cfg.width,))
+
+
 def apply_embedding(params: dict, tok: jax.Array, cfg: Rank4Config) -> jax.Array:
     """tok (B, N, T) int → X (B, N, T, dx, dt) in the parameters' dtype."""
     batch = tok.shape[0]

@@ -33,11 +33,8 @@ def canonical_shapes(cfg: Rank4Config) -> dict[str, tuple[int, ...]]:
             p + "mlp.w2": (4 * d, d),
             p + "mlp.b2": (d,),
         }
-        if cfg.zpx.enabled:  # extension beyond SPEC §10: the ZPX phase encoder of the layer
-            c = cfg.zpx.channels
-            shapes |= {
-                p + f"zpx.{kind}_{n}": (d, c) if kind == "w" else (c,) for n in ("r", "theta", "b") for kind in "wb"
-            }
+        # a score variant's parameters (beyond SPEC §10), e.g. the ZPX phase encoder: "zpx.w_r", …
+        shapes |= {p + name: shape for name, shape in cfg.score.export_shapes(d).items()}
     return shapes | {"final_ln.scale": (dx, dt), "final_ln.bias": (dx, dt)}
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.common import PAD_ID, row_mean
+from rank4jax.models.common import PAD_ID, ce_sums, row_mean
 from rank4jax.models.rank4.readout import apply_readout, target_logits
 
 
@@ -37,7 +37,7 @@ def window_loss_sums(logits: jax.Array, targets: jax.Array) -> dict:
     """Additive sums and counts, so metrics can be aggregated exactly over many batches."""
     ce, correct, mask = token_cross_entropy(logits, targets)
     last = jnp.broadcast_to(jnp.arange(ce.shape[2]) == ce.shape[2] - 1, ce.shape)  # t = T-1
-    return _sums(ce, correct, mask, last)
+    return ce_sums(ce, correct, mask, last)
 
 
 def readout_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax.Array) -> dict:
@@ -56,21 +56,7 @@ def row_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax.Arr
     ce = jax.nn.logsumexp(logits, axis=-1) - target_logits(sem, tmp, y, targets)
     frozen = jax.lax.stop_gradient(logits)  # accuracy only: no gradient through the index
     correct = jnp.take_along_axis(frozen, targets[..., None], axis=-1)[..., 0] >= jnp.max(frozen, axis=-1)
-    return _sums(ce, correct, targets != PAD_ID, last)
-
-
-def _sums(ce: jax.Array, correct: jax.Array, mask: jax.Array, last: jax.Array) -> dict:
-    """Sums of per-token CE and correctness over the non-PAD targets (``mask``), and of CE over
-    those in the last input slice (``last``); all four arrays have the same shape."""
-    mask_f = mask.astype(ce.dtype)
-    last_f = last.astype(ce.dtype) * mask_f
-    return {
-        "window_ce_sum": jnp.sum(ce * mask_f),
-        "window_tokens": jnp.sum(mask_f),
-        "last_slice_ce_sum": jnp.sum(ce * last_f),
-        "last_slice_tokens": jnp.sum(last_f),
-        "correct_tokens": jnp.sum(correct.astype(ce.dtype) * mask_f),
-    }
+    return ce_sums(ce, correct, targets != PAD_ID, last)
 
 
 def means_from_sums(sums: dict) -> dict:

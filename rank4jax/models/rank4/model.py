@@ -1,7 +1,9 @@
 """Composition of the rank-4 model (SPEC §2–§4): embedding → L Pre-LN layers → final LN → readout.
 
 Axes: B batch, T input slices, N tokens per state, dx/dt fibers, D = dx·dt, P = N·T positions
-(flattened as p = x·T + t; the joint softmax does not depend on this order), V vocabulary.
+(flattened as p = x·T + t; the joint softmax does not depend on this order), V vocabulary; G, R
+the rows of a layout (``rank4jax.models.rank4.layout``: full, trimmed or compact batches — one
+forward serves them all).
 
 Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kept as (H, D, D)):
 
@@ -11,10 +13,8 @@ Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kep
                ln_mlp: {scale, bias} (dx, dt), mlp: {w1 (D, 4D), b1 (4D,), w2 (4D, D), b2 (D,)}}] × L
     final_ln: {scale, bias} (dx, dt)
 
-With a ZPX score (``cfg.zpx``, see ``rank4jax.models.zpx``) each layer also holds
-``zpx: {w_r, w_theta, w_b (D, C), b_r, b_theta, b_b (C,)}``: its phase encoder reads the normalised
-flattened fiber at every (x, t) and the angle (+ sphere) term joins every head's score over the joint
-key grid, before the key mask.
+An attention-score variant (``cfg.score``, ``rank4jax.models.scores``) adds its own entry to each
+layer and a score term to every head; the paper's model holds ``scores.STANDARD``, which adds nothing.
 """
 
 from __future__ import annotations
@@ -23,20 +23,15 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models import common
-from rank4jax.models.common import PAD_ID, apply_mlp, dropout, init_layer_norm, init_mlp, layer_norm
+from rank4jax.models import common, scores
+from rank4jax.models.common import apply_mlp, init_layer_norm, init_mlp, layer_norm
 from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import apply_attention, attention_weights, init_attention, project_qkv
+from rank4jax.models.rank4.attention import head_weights, init_attention, joint_attention
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.embedding import apply_embedding, init_embedding
+from rank4jax.models.rank4.embedding import embed_rows, init_embedding
+from rank4jax.models.rank4.layout import Rows, training_rows, window_rows
+from rank4jax.models.rank4.losses import row_loss_sums
 from rank4jax.models.rank4.readout import apply_readout, init_readout
-from rank4jax.models.zpx import (
-    center_cancellation,
-    encode_phase,
-    geometric_features,
-    geometric_scores,
-    init_phase_encoder,
-)
 
 
 def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
@@ -52,9 +47,7 @@ def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
             "ln_mlp": init_layer_norm(fiber, dtype),
             "mlp": init_mlp(k_mlp, cfg.width, dtype),
         }
-        if cfg.zpx.enabled:  # a key of its own, so the standard parameters do not change
-            layer["zpx"] = init_phase_encoder(jax.random.fold_in(layer_key, 7), cfg.width, cfg.zpx.channels, dtype)
-        layers.append(layer)
+        layers.append(layer | scores.init_layer_params(cfg.score, layer_key, cfg.width, dtype))
     return {
         "embed": init_embedding(k_embed, cfg, dtype),
         "readout": init_readout(k_readout, cfg.vocab_size, cfg.dt, cfg.width, dtype),
@@ -65,83 +58,96 @@ def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
 
 def key_padding_mask(inputs: jax.Array) -> jax.Array:
     """inputs (B, T, N) → key_mask (B, P) bool, True where the token is not PAD (p = x·T + t)."""
-    return jnp.swapaxes(inputs, 1, 2).reshape(inputs.shape[0], -1) != PAD_ID
+    return window_rows(inputs).key_mask()
 
 
-def zpx_scores(layer: dict, u: jax.Array, key_mask: jax.Array, cfg: Rank4Config) -> tuple[jax.Array, jax.Array]:
-    """The ZPX score term (B, P, K) of one layer from its normalised stream u, and the layer's
-    centre-cancellation value over the real positions."""
-    phase = encode_phase(layer["zpx"], u, cfg.zpx.max_log_radius)
-    query_features, key_features = geometric_features(phase, cfg.zpx)
-    return geometric_scores(query_features, key_features), center_cancellation(phase, key_mask)
+def _autodiff_block(layer, x, u, rows, key_mask, extra):
+    del x
+    return joint_attention(layer["attn"], u, key_mask, extra, rows)
+
+
+def _analytic_block(layer, x, u, rows, key_mask, extra):
+    """The same forward with the §6 hand-derived backward, on window rows (the config refuses a
+    score variant with it, and the family never hands it a compact batch)."""
+    del u, extra
+    if rows.grid is not None:
+        raise ValueError("the analytic (§6) backward runs on full or trimmed windows only")
+    return attention_block(x, layer["ln_attn"], layer["attn"], key_mask)
+
+
+ATTENTION_BLOCKS = {"autodiff": _autodiff_block, "analytic": _analytic_block}  # by cfg.attention
 
 
 def apply_layer(
-    layer: dict, x: jax.Array, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng: jax.Array | None
+    layer: dict, x: jax.Array, rows: Rows, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng
 ) -> tuple[jax.Array, jax.Array]:
-    """One Pre-LN layer on the stream x (B, P, D): attention branch then MLP branch. Returns the new
-    stream and the layer's centre-cancellation value (0 without a ZPX score)."""
+    """One Pre-LN layer on the stream x (G, R, D): attention branch then MLP branch. Returns the new
+    stream and the layer's auxiliary value from the score variant (0 for the paper's score)."""
     rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(rng)
-    center = jnp.zeros((), x.dtype)
-    if cfg.attention == "analytic":  # same forward, §6 hand-derived backward
-        attended = attention_block(x, layer["ln_attn"], layer["attn"], key_mask)
-    else:
-        u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        extra = None
-        if cfg.zpx.enabled:
-            extra, center = zpx_scores(layer, u, key_mask, cfg)
-        attended = apply_attention(layer["attn"], u, key_mask, cfg, extra)
-    x = x + dropout(attended, cfg.dropout, rng_attn, train)
+    u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
+    extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
+    attended = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
+    x = x + rows.dropout(attended, cfg.dropout, rng_attn, train)
     u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
-    return x + dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), center
+    return x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), aux
 
 
-def _input_stream(params: dict, inputs: jax.Array, cfg: Rank4Config) -> tuple[jax.Array, jax.Array]:
-    """inputs (B, T, N) → the embedded stream X (B, P, D) and the key mask (B, P), computed once per
-    forward and shared by all layers."""
-    tok = jnp.swapaxes(inputs, 1, 2)  # (B, N, T)
-    x = apply_embedding(params["embed"], tok, cfg).reshape(inputs.shape[0], -1, cfg.width)
-    return x, key_padding_mask(inputs)
-
-
-def hidden_states_and_center(
-    params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
+def hidden_rows(
+    params: dict, rows: Rows, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
 ) -> tuple[jax.Array, jax.Array]:
-    """inputs (B, T, N) int → (final-normed stream Y (B, P, D), mean over layers of the ZPX
-    centre-cancellation value; 0 for the standard score)."""
-    batch = inputs.shape[0]
-    chex.assert_shape(inputs, (batch, cfg.n_slices, cfg.n_tokens))
+    """Rows of any layout → (the final-normed stream Y at the rows (G, R, D), the mean over layers
+    of the score variant's auxiliary value)."""
+    chex.assert_equal_shape([rows.tokens, rows.position, rows.slice])
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
-    x, key_mask = _input_stream(params, inputs, cfg)
-    centers = []
+    x = embed_rows(params["embed"], rows, cfg)
+    key_mask = rows.key_mask()
+    auxes = []
     for index, layer in enumerate(params["layers"]):
         layer_rng = None if rng is None else jax.random.fold_in(rng, index)
-        x, center = apply_layer(layer, x, key_mask, cfg, train=train, rng=layer_rng)
-        centers.append(center)
+        x, aux = apply_layer(layer, x, rows, key_mask, cfg, train=train, rng=layer_rng)
+        auxes.append(aux)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
-    return y, jnp.mean(jnp.stack(centers))
+    chex.assert_shape(y, rows.tokens.shape + (cfg.width,))
+    return y, jnp.mean(jnp.stack(auxes))
+
+
+def loss_sums(params: dict, batch, cfg: Rank4Config, *, train: bool = False, rng=None) -> tuple[dict, jax.Array]:
+    """The window loss sums (``rank4jax.models.rank4.losses``) of a training batch — windows
+    (B, T+1, N') with N' ≤ N, or a compact batch — and the score variant's auxiliary value. The
+    readout runs on the rows that carry a target."""
+    rows = training_rows(batch)
+    if rows.n_positions > cfg.n_tokens * cfg.n_slices:
+        raise ValueError(
+            f"windows have {rows.n_positions // cfg.n_slices} token columns, more than n_tokens={cfg.n_tokens}"
+        )
+    n_target_rows = rows.targets.shape[1]
+    y, aux = hidden_rows(params, rows, cfg, train=train, rng=rng)
+    last = rows.slice[:, :n_target_rows] == cfg.n_slices - 1
+    sums = row_loss_sums(y[:, :n_target_rows], params["embed"]["sem"], params["readout"]["tmp"], rows.targets, last)
+    return sums, aux
 
 
 def hidden_states(
     params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
 ) -> jax.Array:
     """inputs (B, T, N) int → final-normed stream Y (B, P, D)."""
-    return hidden_states_and_center(params, inputs, cfg, train=train, rng=rng)[0]
+    chex.assert_shape(inputs, (inputs.shape[0], cfg.n_slices, cfg.n_tokens))
+    return hidden_rows(params, window_rows(inputs), cfg, train=train, rng=rng)[0]
 
 
 def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
     """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x', t']."""
     batch = inputs.shape[0]
-    x, key_mask = _input_stream(params, inputs, cfg)
+    rows = window_rows(inputs)
+    x, key_mask = embed_rows(params["embed"], rows, cfg), rows.key_mask()
     grid = (cfg.n_tokens, cfg.n_slices)
     maps = []
     for layer in params["layers"]:
         u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        q, k, _ = project_qkv(layer["attn"], u)
-        extra = zpx_scores(layer, u, key_mask, cfg)[0] if cfg.zpx.enabled else None
-        maps.append(attention_weights(q, k, key_mask, extra).reshape((batch, cfg.n_heads) + grid + grid))
-        x, _ = apply_layer(layer, x, key_mask, cfg, train=False, rng=None)
+        extra, _ = cfg.score.scores(scores.layer_params(cfg.score, layer), u, key_mask)
+        maps.append(head_weights(layer["attn"], u, key_mask, extra, rows).reshape((batch, cfg.n_heads) + grid + grid))
+        x, _ = apply_layer(layer, x, rows, key_mask, cfg, train=False, rng=None)
     return maps
 
 

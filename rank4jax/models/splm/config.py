@@ -16,16 +16,14 @@ POTENTIALS = ("mlp", "gaussian")
 class SPLMConfig:
     """Axes: V vocabulary, d = dx·dt hidden width, L layers (integration steps), K_ξ context
     channels, K wells per bank. ``n_tokens``/``n_slices`` size the window packed into one stream.
-    ``n_heads`` is unused (kept so every family reads the same model section)."""
+    No heads and no dropout: the integration is deterministic."""
 
-    vocab_size: int
+    vocab_size: int | None  # None: validated before the vocabulary is known (no model can be built)
     n_tokens: int
     n_slices: int
     dx: int
     dt: int
-    n_heads: int
     n_layers: int
-    dropout: float = 0.0
     potential: str = "gaussian"  # mlp | gaussian
     xi_alphas: tuple = (0.25, 0.5, 0.75, 0.95)  # initial EMA rates, one per ξ channel
     wells: int = 8  # K wells per ξ bank (gaussian)
@@ -38,8 +36,6 @@ class SPLMConfig:
 
     def __post_init__(self):
         validate_window_model(self)
-        if self.dropout:
-            raise ConfigError("the SPLM family has no dropout; set model.dropout = 0")
         if self.potential not in POTENTIALS:
             raise ConfigError(f"splm.potential must be one of {POTENTIALS}, got {self.potential!r}")
         alphas = tuple(float(a) for a in self.xi_alphas)

@@ -1,0 +1,73 @@
+"""The one experiment runner behind ``compare.py``, ``zpx_plan.py`` and ``splm_report.py``: train
+(or resume) a set of named runs under one workdir, evaluate each selected checkpoint, and write a
+table beside them.
+
+Each run is an ordinary resumable run in ``workdir/<name>``; a rerun after training only restores
+and evaluates. The commands differ only in which configs they build and how they tabulate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import ml_collections
+
+from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.loop import train
+from rank4jax.training.metrics import read_metrics, steady_ms_per_step
+
+
+@dataclasses.dataclass
+class RunResult:
+    """One trained and evaluated run: its training summary, its evaluation report on the split, the
+    logged curves, and any further reports (``extra``: label → report)."""
+
+    name: str
+    run_dir: str
+    config: ml_collections.ConfigDict
+    summary: dict
+    report: dict
+    curves: dict
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def best_val_ls(self) -> float:
+        """The lowest validation LS(T) logged during training (nan when none)."""
+        return min((r["last_slice_ce"] for r in self.curves.get("validation", [])), default=float("nan"))
+
+    @property
+    def ms_per_step(self) -> float:
+        return steady_ms_per_step(self.run_dir, self.config.batch_size)
+
+
+def run_all(
+    configs: dict[str, ml_collections.ConfigDict],
+    workdir: str,
+    *,
+    split: str,
+    num_examples: int = 0,
+    rollout_steps: int = 1,
+    extra_evals: dict[str, dict] | None = None,
+) -> dict[str, RunResult]:
+    """Train every config in ``workdir/<name>`` in order, then evaluate its selected checkpoint on
+    ``split``; ``extra_evals`` (label → ``evaluate_run`` keyword arguments) adds further evaluations."""
+    results = {}
+    for name, config in configs.items():
+        run_dir = os.path.join(workdir, name)
+        summary = train(config, run_dir)
+        report = evaluate_run(run_dir, split=split, num_examples=num_examples, rollout_steps=rollout_steps)
+        extra = {label: evaluate_run(run_dir, **kwargs) for label, kwargs in (extra_evals or {}).items()}
+        results[name] = RunResult(name, run_dir, config, summary, report, read_metrics(run_dir), extra)
+    return results
+
+
+def write_outputs(workdir: str, stem: str, result, table: str) -> None:
+    """``workdir/<stem>.json`` (the result) and ``workdir/<stem>.md`` (the table)."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, f"{stem}.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    if table:
+        with open(os.path.join(workdir, f"{stem}.md"), "w", encoding="utf-8") as f:
+            f.write(table + "\n")
