@@ -7,6 +7,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
+from rank4jax.errors import SIGNAL_STATUS
 from rank4jax.training.loop import train
 
 with config_flag_errors():
@@ -33,7 +34,7 @@ def main(argv):
         )
     summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
     if summary["interrupted"]:
-        raise SystemExit(130 if summary["interrupted"] == "SIGINT" else 143)
+        raise SystemExit(SIGNAL_STATUS.get(summary["interrupted"], 1))
 
 
 if __name__ == "__main__":

@@ -5,16 +5,20 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from rank4jax.errors import UserError
+from rank4jax.errors import StageInterrupted, UserError
 
 
 def run_reporting_user_errors(fn, *args, **kwargs):
-    """Run ``fn``; a :class:`UserError` becomes one line on stderr and exit status 2 (no traceback)."""
+    """Run ``fn``; a :class:`UserError` becomes one line on stderr and exit status 2 (no traceback);
+    an interrupted stage of a multi-stage command one line and 130 (SIGINT) or 143 (SIGTERM)."""
     try:
         return fn(*args, **kwargs)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except StageInterrupted as e:
+        print(f"stopped: {e}", file=sys.stderr)
+        sys.exit(e.status)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

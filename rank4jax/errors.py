@@ -25,3 +25,15 @@ class CheckpointError(UserError):
 
 class TrainingDivergedError(UserError):
     """The loss or gradient norm became NaN or infinite."""
+
+
+SIGNAL_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as a shell reports it
+
+
+class StageInterrupted(Exception):
+    """A stage of a multi-stage command (one training run of compare.py, zpx_plan.py, splm_report.py)
+    stopped on SIGINT/SIGTERM after saving its checkpoint; the command stops there with ``status``."""
+
+    def __init__(self, message: str, signal_name: str):
+        super().__init__(message)
+        self.status = SIGNAL_STATUS.get(signal_name, 1)

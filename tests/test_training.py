@@ -50,14 +50,18 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
     full = train(config, str(tmp_path / "full"))
     assert full["step"] == 6 and full["interrupted"] is None
 
-    def interrupt_at_3(step, state):
-        if step == 3:
-            signal.raise_signal(signal.SIGINT)  # the real handler: save, then stop
+    def interrupt_at_5(step, state):
+        if step == 5:
+            signal.raise_signal(signal.SIGINT)  # the real handler: save at once, then stop
 
-    part = train(config, str(tmp_path / "split"), hooks=[interrupt_at_3])
-    assert part["interrupted"] == "SIGINT" and part["step"] == 3
+    part = train(config, str(tmp_path / "split"), hooks=[interrupt_at_5])
+    assert part["interrupted"] == "SIGINT" and part["step"] == 5
     with RunCheckpoints(str(tmp_path / "split")) as ckpt:
-        assert ckpt.latest_step() == 3
+        assert ckpt.all_steps() == [4, 5] and ckpt.latest_step() == 5
+        assert not ckpt.manager.metrics(5)  # saved without a validation pass ...
+        assert ckpt.best_step() == 4 and part["best_step"] == 4  # ... so never the best step
+    logged = read_metrics(str(tmp_path / "split"))["validation"]
+    assert [r["step"] for r in logged] == [2, 4]  # no validation at the signal
     resumed = train(config, str(tmp_path / "split"))
     assert resumed["step"] == 6
     a, *_ = restore_params_numpy(str(tmp_path / "full"), "latest")

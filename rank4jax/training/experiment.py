@@ -3,7 +3,9 @@
 table beside them.
 
 Each run is an ordinary resumable run in ``workdir/<name>``; a rerun after training only restores
-and evaluates. The commands differ only in which configs they build and how they tabulate.
+and evaluates. A stage interrupted by SIGINT/SIGTERM (its checkpoint saved) stops the command
+(:class:`rank4jax.errors.StageInterrupted`: exit status 130/143); rerunning resumes that stage.
+The commands differ only in which configs they build and how they tabulate.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 
 import ml_collections
 
+from rank4jax.errors import StageInterrupted
 from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics, steady_ms_per_step
@@ -57,6 +60,12 @@ def run_all(
     for name, config in configs.items():
         run_dir = os.path.join(workdir, name)
         summary = train(config, run_dir)
+        if summary["interrupted"]:  # stop here: no evaluation of a half-trained run, no next stage
+            raise StageInterrupted(
+                f"stage {name!r} ({run_dir}) interrupted by {summary['interrupted']} at step {summary['step']}; "
+                "its checkpoint is saved: rerun the same command to resume from there",
+                summary["interrupted"],
+            )
         report = evaluate_run(run_dir, split=split, num_examples=num_examples, rollout_steps=rollout_steps)
         extra = {label: evaluate_run(run_dir, **kwargs) for label, kwargs in (extra_evals or {}).items()}
         results[name] = RunResult(name, run_dir, config, summary, report, read_metrics(run_dir), extra)

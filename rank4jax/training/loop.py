@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import signal
+import sys
 import time
 
 import jax
@@ -36,7 +37,8 @@ SUMMARY_FILE = "train_summary.json"
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks after every step."""
+    """Turns SIGINT/SIGTERM into a flag the loop checks after every step. It stays installed until
+    the last checkpoint is written, so a second signal during that save cannot cut it short."""
 
     def __init__(self):
         self.signal: int | None = None
@@ -48,7 +50,9 @@ class StopRequest:
         return self
 
     def _handle(self, signum, frame):
-        self.signal = signum
+        if self.signal is not None:
+            print(f"rank4jax: {signal.Signals(signum).name} again: still saving the checkpoint", file=sys.stderr)
+        self.signal = self.signal or signum
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -189,7 +193,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                     writer.write(record)
                     bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
                     pending, t_last = [], time.perf_counter()
-                if step % config.eval_every == 0 or is_last or stop.signal:
+                if (step % config.eval_every == 0 or is_last) and not stop.signal:
                     last_val = evaluate_and_log(step)
                     v = last_val
                     bar.write(
@@ -197,12 +201,15 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                         f"LS(T) {v['last_slice_ce']:.4f}, token acc {v['token_accuracy']:.3f}"
                     )
                     t_last = time.perf_counter()
-                if checkpoint_now or stop.signal:
-                    ckpt.save(step, state, train_iter, saved_config, tokenizer, {BEST_METRIC: last_val["window_ce"]})
                 if stop.signal:
+                    # preemption: save now, no validation pass. Saved without a metric, the step is
+                    # never the best one; a resumed run validates at its next eval_every boundary.
+                    ckpt.save(step, state, train_iter, saved_config, tokenizer, None)
                     interrupted = signal.Signals(stop.signal).name
                     break
-        ckpt.manager.wait_until_finished()
+                if checkpoint_now:
+                    ckpt.save(step, state, train_iter, saved_config, tokenizer, {BEST_METRIC: last_val["window_ce"]})
+            ckpt.manager.wait_until_finished()  # a second signal while this runs is only noted
         final_step = int(jax.device_get(state.step))
         best = ckpt.best_step()
     summary_path = os.path.join(workdir, SUMMARY_FILE)
