@@ -76,8 +76,20 @@ class ModelFamily:
     init_from_data: Callable[[Any, Any, Any], Any] | None = None
 
 
+# each family's model section: required keys, then optional ones with their defaults
+RANK4_SECTION = (SIZES + ("n_heads", "dropout"), {"attention": "autodiff", "zpx": None})
+BASELINE_SECTION = (SIZES + ("n_heads", "dropout"), {"teacher_forcing": False, "zpx": None})
+BASELINE_LM_SECTION = (SIZES + ("n_heads", "dropout"), {"zpx": None})
+SPLM_SECTION = (SIZES, {"splm": None})
+
+
+def _fields(section: tuple) -> tuple[str, ...]:
+    required, optional = section
+    return required + tuple(optional)
+
+
 def _rank4_config(section: Mapping, vocab_size: int | None) -> rank4.Rank4Config:
-    values = read_section(section, "rank4", SIZES + ("n_heads", "dropout"), {"attention": "autodiff", "zpx": None})
+    values = read_section(section, "rank4", *RANK4_SECTION)
     score = zpx_config(values.pop("zpx"))
     return rank4.Rank4Config(vocab_size=vocab_size, score=score, **values)
 
@@ -109,14 +121,13 @@ RANK4 = ModelFamily(
     last_slice_ce=_rank4_last_slice_ce,
     count_params=rank4.count_params,
     selection_loss="window CE over every target of S(1..T)",
-    fields=SIZES + ("n_heads", "dropout", "attention", "zpx"),
+    fields=_fields(RANK4_SECTION),
     layouts=lambda cfg: ("trimmed", "compact") if cfg.attention == "autodiff" else ("trimmed",),
 )
 
 
 def _baseline_config(section: Mapping, vocab_size: int | None, family: str = "baseline") -> baseline.BaselineConfig:
-    optional = {"zpx": None} | ({"teacher_forcing": False} if family == "baseline" else {})
-    values = read_section(section, family, SIZES + ("n_heads", "dropout"), optional)
+    values = read_section(section, family, *(BASELINE_SECTION if family == "baseline" else BASELINE_LM_SECTION))
     score = zpx_config(values.pop("zpx"))
     values["teacher_forcing"] = bool(values.get("teacher_forcing", False))
     return baseline.BaselineConfig(vocab_size=vocab_size, score=score, **values)
@@ -154,7 +165,7 @@ BASELINE = ModelFamily(
     last_slice_ce=_baseline_last_slice_ce,
     count_params=baseline.count_params,
     selection_loss="free-running S(T)+EOS CE",
-    fields=SIZES + ("n_heads", "dropout", "teacher_forcing", "zpx"),
+    fields=_fields(BASELINE_SECTION),
 )
 
 
@@ -202,12 +213,12 @@ BASELINE_LM = _stream_family(
     baseline.init_params,
     _baseline_lm_logits,
     baseline.count_params,
-    fields=SIZES + ("n_heads", "dropout", "zpx"),
+    fields=_fields(BASELINE_LM_SECTION),
 )
 
 
 def _splm_config(section: Mapping, vocab_size: int | None) -> splm.SPLMConfig:
-    values = read_section(section, "splm", SIZES, {"splm": None})
+    values = read_section(section, "splm", *SPLM_SECTION)
     known = {f.name for f in dataclasses.fields(splm.SPLMConfig)} - set(SIZES) - {"vocab_size", "xi_stop_gradient"}
     extra = section_values(values.pop("splm"), known, "model.splm")
     if "xi_alphas" in extra:
@@ -238,7 +249,7 @@ SPLM = _stream_family(
     _splm_logits,
     splm.count_params,
     init_from_data=_splm_init_from_data,
-    fields=SIZES + ("splm",),
+    fields=_fields(SPLM_SECTION),
 )
 
 FAMILIES = {f.name: f for f in (RANK4, BASELINE, BASELINE_LM, SPLM)}
