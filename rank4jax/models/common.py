@@ -27,7 +27,6 @@ def count_params(init_fn, cfg) -> int:
 #   last_slice_ce_sum, last_slice_tokens   CE over the content tokens of S(T): LS(T), comparable across families
 #   correct_tokens                 argmax hits over the selection-loss targets
 #   objective                      the training loss (added by :func:`with_objective`, the one place it is formed)
-SUM_KEYS = ("window_ce_sum", "window_tokens", "last_slice_ce_sum", "last_slice_tokens", "correct_tokens")
 
 
 def ce_sums(ce: jax.Array, correct: jax.Array, mask: jax.Array, last: jax.Array) -> dict:

@@ -28,12 +28,10 @@ from rank4jax.training.batches import batch_layout
 from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, with_shardings
 from rank4jax.training.data_setup import prepare_data, validation_windows
 from rank4jax.training.evaluation import evaluate_windows
-from rank4jax.training.metrics import MetricsWriter, plot_curves
+from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
 from rank4jax.training.run_config import identity_differences, to_json_dict, validate
 from rank4jax.training.state import create_train_state, make_optimizer
 from rank4jax.training.steps import jit_eval_step, jit_train_step
-
-SUMMARY_FILE = "train_summary.json"
 
 
 class StopRequest:

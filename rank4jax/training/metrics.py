@@ -10,6 +10,7 @@ import json
 import os
 
 METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
 
 
 class MetricsWriter:
@@ -58,7 +59,7 @@ def read_metrics(workdir: str) -> dict[str, list[dict]]:
 def selection_loss(workdir: str) -> str:
     """The run's selection-loss label (its family's, from the training summary), or a generic one."""
     try:
-        with open(os.path.join(workdir, "train_summary.json"), encoding="utf-8") as f:
+        with open(os.path.join(workdir, SUMMARY_FILE), encoding="utf-8") as f:
             return json.load(f).get("selection_loss") or "selection loss"
     except (OSError, ValueError):
         return "selection loss"

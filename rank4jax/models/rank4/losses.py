@@ -4,7 +4,8 @@ Axes: B batch, N tokens per state, T slices, V vocabulary, P = N·T positions (p
 flattened fiber. logits (B, N, T, V); targets (B, T, N) = S(1..T). PAD targets (id 0) are ignored
 everywhere.
 
-``readout_loss_sums`` is the training path: it starts from the final-normed stream Y and the
+``row_loss_sums`` is the training path (``model.loss_sums`` calls it on the rows of any layout;
+``readout_loss_sums`` is the same on full windows): it starts from the final-normed stream Y and the
 readout factors, takes CE = logsumexp(logits) − target logit with the target logit computed from the
 factors, and counts a token correct when its logit is the row maximum (argmax up to exact ties). No
 gradient flows through an index into the logits (no scatter into a (B·P, V) zero tensor). Measured
