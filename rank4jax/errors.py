@@ -37,3 +37,7 @@ class StageInterrupted(Exception):
     def __init__(self, message: str, signal_name: str):
         super().__init__(message)
         self.status = SIGNAL_STATUS.get(signal_name, 1)
+
+
+class RecompilationError(RuntimeError):
+    """A jitted step compiled for more batch shapes than its layout can produce (a bug, not user input)."""

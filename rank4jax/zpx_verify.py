@@ -88,7 +88,7 @@ def gradient_checks(dtype=jnp.float32) -> dict:
         def loss(p, family=family, cfg=cfg):
             return family.loss_sums(p, jnp.asarray(windows), cfg, train=True, rng=jax.random.key(2))["objective"]
 
-        grads = jax.tree_util.tree_leaves(jax.grad(loss)(params))
+        grads = jax.tree_util.tree_leaves(jax.jit(jax.grad(loss))(params))
         ok = [bool(jnp.all(jnp.isfinite(g)) and jnp.any(g != 0)) for g in grads]
         out[family.name] = (sum(ok), len(ok))
     return out

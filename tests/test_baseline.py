@@ -46,18 +46,22 @@ def test_packing_with_a_pad_only_sentence():
     assert not set(packed["context"][0].tolist()) & {8, 9}
 
 
+decode = jax.jit(bl.decode, static_argnums=2, static_argnames="teacher_forcing")  # one compile, not op by op
+full_logits = jax.jit(bl.full_logits, static_argnums=3)
+
+
 def test_cached_decode_equals_full_recomputation():
     cfg = small_cfg()
     with jax.enable_x64(True):
         params = bl.init_params(jax.random.key(0), cfg, dtype=jnp.float64)
         for forced in (False, True):
-            out = bl.decode(params, windows_with_padding(), cfg, teacher_forcing=forced)
-            full = bl.full_logits(params, out, out["fed"], cfg)
+            out = decode(params, windows_with_padding(), cfg, teacher_forcing=forced)
+            full = full_logits(params, out, out["fed"], cfg)
             np.testing.assert_allclose(np.asarray(out["logits"]), np.asarray(full), rtol=0, atol=1e-10)
     params32 = bl.init_params(jax.random.key(0), cfg)
-    out = bl.decode(params32, windows_with_padding(), cfg)
+    out = decode(params32, windows_with_padding(), cfg)
     np.testing.assert_allclose(
-        np.asarray(out["logits"]), np.asarray(bl.full_logits(params32, out, out["fed"], cfg)), atol=1e-5
+        np.asarray(out["logits"]), np.asarray(full_logits(params32, out, out["fed"], cfg)), atol=1e-5
     )
 
 

@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from rank4jax.training.run_config import validate
-from tests.conftest import REPO
+from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 
 
 def run(*args, cwd=REPO):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 

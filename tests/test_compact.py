@@ -128,14 +128,14 @@ def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_g
             return RANK4.loss_sums(p, batch, cfg, train=train_mode, rng=rng)
 
         full = sums(params, jnp.asarray(windows))
-        grad_full = jax.grad(lambda p: sums(p, jnp.asarray(windows))["objective"])(params)
+        grad_full = jax.jit(jax.grad(lambda p: sums(p, jnp.asarray(windows))["objective"]))(params)
         assert float(full["window_tokens"]) > 0 and float(full["last_slice_tokens"]) > 0
         for groups in all_groups:
             batch = jax.tree.map(jnp.asarray, compact_windows(windows, groups=groups, buckets=4))
             compact = sums(params, batch)
             for key, value in full.items():
                 np.testing.assert_allclose(float(compact[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
-            grad = jax.grad(lambda p, b=batch: sums(p, b)["objective"])(params)
+            grad = jax.jit(jax.grad(lambda p, b: sums(p, b)["objective"]))(params, batch)
             assert _max_leaf_diff(grad, grad_full) < 1e-12
 
 
@@ -148,18 +148,20 @@ def test_only_the_autodiff_model_compacts():
 def test_training_with_compaction_matches_training_without(tmp_path, monkeypatch):
     calls = []  # the batch size of every compacted batch: training (8) and validation (16) batches
     monkeypatch.setattr(batches, "compact_windows", lambda w, **kw: calls.append(len(w)) or compact_windows(w, **kw))
-    losses, compacted, validation = {}, {}, {}
+    losses, compacted, validation, layouts = {}, {}, {}, {}
     for name, buckets in (("compact", 16), ("windows", 0)):
         config = tiny_config(**{"num_steps": 4, "log_every": 1, "eval_every": 4, "checkpoint_every": 4})
         config.compact_buckets = buckets
         calls.clear()
-        train(config, str(tmp_path / name))
-        compacted[name] = (calls.count(config.batch_size), calls.count(config.eval_batch_size) > 0)
+        layouts[name] = train(config, str(tmp_path / name))["batch_layout"]
+        compacted[name] = (calls.count(config.batch_size) >= 4, calls.count(config.eval_batch_size) > 0)
         metrics = read_metrics(str(tmp_path / name))
         losses[name] = [r["loss"] for r in metrics["train"]]
         validation[name] = metrics["validation"][-1]
-    # the loop really ran the compact path, every training step, and validated on compact batches too
-    assert compacted == {"compact": (4, True), "windows": (0, False)}
+    # the loop really ran the compact path, every training step (the one compiled step takes compact
+    # batches only; grain builds them, a few ahead of the loop), and validated on compact batches too
+    assert layouts == {"compact": "compact", "windows": "trimmed"}
+    assert compacted == {"compact": (True, True), "windows": (False, False)}
     assert len(losses["compact"]) == 4
     np.testing.assert_allclose(losses["compact"], losses["windows"], rtol=0, atol=1e-5)
     for key in ("window_ce", "last_slice_ce", "token_accuracy"):

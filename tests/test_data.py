@@ -201,13 +201,36 @@ def test_train_pipeline_shuffles_per_epoch_and_restores_state():
 
 def test_train_pipeline_process_sharding_and_errors():
     data = np.arange(8 * 2 * 1, dtype=np.int32).reshape(8, 2, 1)
-    p0 = next(iter(train_dataset(data, 4, seed=0, process_index=0, process_count=2)))
-    p1 = next(iter(train_dataset(data, 4, seed=0, process_index=1, process_count=2)))
-    assert p0.shape == (2, 2, 1) and set((p0[:, 0, 0] // 2) % 2) == {0} and set((p1[:, 0, 0] // 2) % 2) == {1}
+    whole = iter(train_dataset(data, 4, seed=0))
+    p0 = iter(train_dataset(data, 4, seed=0, process_index=0, process_count=2))
+    p1 = iter(train_dataset(data, 4, seed=0, process_index=1, process_count=2))
+    for _ in range(5):  # each process holds its half of the one global batch, epoch after epoch
+        a, b, w = next(p0), next(p1), next(whole)
+        assert a.shape == (2, 2, 1) and b.shape == (2, 2, 1)
+        np.testing.assert_array_equal(np.concatenate([a, b]), w)
+    assert p0.get_state() == p1.get_state() == whole.get_state()  # process-count-free iterator state
     with pytest.raises(DataError, match="fewer than one batch"):
         train_dataset(data, 16, seed=0)
     with pytest.raises(DataError, match="not divisible"):
         train_dataset(data, 5, seed=0, process_count=2)
+
+
+def test_train_pipeline_maps_batches_and_resumes():
+    data = np.arange(10 * 3 * 2, dtype=np.int32).reshape(10, 3, 2)
+
+    def layout(batch):
+        return {"rows": batch[:, :, :1], "n": np.int32(len(batch))}
+
+    it = iter(train_dataset(data, 4, seed=3, batch_map=layout))
+    plain = iter(train_dataset(data, 4, seed=3))
+    first = next(it)
+    np.testing.assert_array_equal(first["rows"], next(plain)[:, :, :1])
+    state = it.get_state()
+    expected = [next(it) for _ in range(3)]
+    resumed = iter(train_dataset(data, 4, seed=3, batch_map=layout))
+    resumed.set_state(state)
+    for e in expected:
+        np.testing.assert_array_equal(next(resumed)["rows"], e["rows"])
 
 
 def test_eval_batches_pad_last_batch():

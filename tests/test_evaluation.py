@@ -22,7 +22,6 @@ from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.evaluation import cloze_scores, make_scorers, other_contexts, rollout
 from rank4jax.training.loop import train
 from tests.conftest import REPO
-from tests.helpers import tiny_config
 from tests.test_cli import run
 
 SHARED_ROC = REPO.parent / "shared" / "data" / "rocstories_spring2016_first45000.csv"
@@ -135,26 +134,18 @@ CLOZE_ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """One tiny trained rank-4 run (built-in corpus) shared by the evaluation tests below."""
-    workdir = tmp_path_factory.mktemp("run")
-    train(tiny_config(num_steps=4), str(workdir))
-    return workdir
-
-
-def test_split_all_scores_every_story_of_a_labelled_file(tiny_run, tmp_path):
+def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path):
     path = tmp_path / "cloze.csv"
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
                          "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])  # fmt: skip
         writer.writerows(CLOZE_ROWS)
-    own = evaluate_run(str(tiny_run), split="test", rollout_steps=0)
-    report = evaluate_run(str(tiny_run), split="all", data_path=str(path), num_examples=1, rollout_steps=0)
+    own = evaluate_run(str(tiny_run_copy), split="test", rollout_steps=0)
+    report = evaluate_run(str(tiny_run_copy), split="all", data_path=str(path), num_examples=1, rollout_steps=0)
     assert report["stories"] == report["windows"] == report["cloze_stories"] == 5
     # the accuracy, recomputed story by story with the restored parameters
-    params, config, tokenizer, _ = restore_params_numpy(str(tiny_run))
+    params, config, tokenizer, _ = restore_params_numpy(str(tiny_run_copy))
     cfg = RANK4.make_config(config.model, tokenizer.vocab_size)
     from rank4jax.data.readers import read_stories
 
@@ -170,13 +161,13 @@ def test_split_all_scores_every_story_of_a_labelled_file(tiny_run, tmp_path):
     assert "rollout_mean_ce" not in report and "rollout_mean_ce" not in own  # --rollout_steps=0 skips it
 
 
-def test_rollout_steps_zero_and_negative(tiny_run):
+def test_rollout_steps_zero_and_negative(tiny_run_copy):
     with pytest.raises(ConfigError, match="rollout_steps must be a non-negative integer"):
-        evaluate_run(str(tiny_run), rollout_steps=-1)
-    out = run("eval.py", f"--workdir={tiny_run}", "--rollout_steps=-2")
+        evaluate_run(str(tiny_run_copy), rollout_steps=-1)
+    out = run("eval.py", f"--workdir={tiny_run_copy}", "--rollout_steps=-2")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("error: rollout_steps must be a non-negative integer")
-    out = run("eval.py", f"--workdir={tiny_run}", "--rollout_steps=0", "--split=all")
+    out = run("eval.py", f"--workdir={tiny_run_copy}", "--rollout_steps=0", "--split=all")
     assert out.returncode == 0, out.stderr
     assert "rollout mean CE" not in out.stdout and '"split": "all"' in out.stdout
 

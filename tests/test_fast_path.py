@@ -64,8 +64,8 @@ def test_readout_loss_sums_match_window_loss_sums_and_gradients():
         for key, value in ref.items():
             np.testing.assert_allclose(float(fast[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
         assert float(ref["correct_tokens"]) > 0  # the accuracy comparison is not vacuous
-        g_ref = jax.grad(lambda p: _reference_objective(p, windows, cfg)[0])(params)
-        g_fast = jax.grad(lambda p: RANK4.loss_sums(p, windows, cfg)["objective"])(params)
+        g_ref = jax.jit(jax.grad(lambda p: _reference_objective(p, windows, cfg)[0]))(params)
+        g_fast = jax.jit(jax.grad(lambda p: RANK4.loss_sums(p, windows, cfg)["objective"]))(params)
         assert _max_leaf_diff(g_ref, g_fast) < 1e-12
 
 
@@ -103,8 +103,8 @@ def test_loss_on_trimmed_windows_equals_full_width_loss():
         trimmed = RANK4.loss_sums(params, jnp.asarray(cut), cfg)
         for key, value in full.items():
             np.testing.assert_allclose(float(trimmed[key]), float(value), rtol=1e-12, err_msg=key)
-        g_full = jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(w), cfg)["objective"])(params)
-        g_cut = jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(cut), cfg)["objective"])(params)
+        g_full = jax.jit(jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(w), cfg)["objective"]))(params)
+        g_cut = jax.jit(jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(cut), cfg)["objective"]))(params)
         assert _max_leaf_diff(g_full, g_cut) < 1e-12
         with pytest.raises(ValueError, match="more than n_tokens"):
             RANK4.loss_sums(params, jnp.zeros((1, cfg.n_slices + 1, cfg.n_tokens + 1), jnp.int32), cfg)

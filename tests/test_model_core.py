@@ -196,3 +196,27 @@ def test_dropout_keeps_expected_fraction_and_mean():
     assert abs(kept.mean() - 0.9) < 0.003
     assert abs(y.mean() - 1.0) < 0.005  # inverted scaling preserves the expectation
     np.testing.assert_array_equal(np.asarray(dropout(x, 0.1, None, train=False)), np.asarray(x))
+
+
+def test_next_state_logits_from_a_given_input_tensor_and_its_gradient():
+    """``embedded=`` runs the model on a given X (same logits for X = the embedding of the inputs);
+    jax.grad with respect to X matches a finite difference (float64)."""
+    with jax.enable_x64(True):
+        cfg = tiny_cfg()
+        params = jax.tree.map(lambda a: a.astype(jnp.float64), rank4jax.init_params(jax.random.key(3), cfg))
+        inputs = jax.random.randint(jax.random.key(4), (2, cfg.n_slices, cfg.n_tokens), 1, cfg.vocab_size)
+        inputs = inputs.at[:, :, -1].set(0)
+        x = apply_embedding(params["embed"], jnp.swapaxes(inputs, 1, 2), cfg)
+        plain = rank4jax.models.rank4.next_state_logits(params, inputs, cfg)
+        given = rank4jax.models.rank4.next_state_logits(params, inputs, cfg, embedded=x)
+        np.testing.assert_allclose(given, plain, rtol=0, atol=1e-12)
+
+        def logit(x):
+            return rank4jax.models.rank4.next_state_logits(params, inputs, cfg, embedded=x)[0, 1, 5]
+
+        grad = jax.grad(logit)(x)
+        where = (0, 0, 0, 1, 0)  # batch 0, token 0 of the first input slice, fiber (1, 0)
+        eps = 1e-6
+        numeric = (logit(x.at[where].add(eps)) - logit(x.at[where].add(-eps))) / (2 * eps)
+        assert abs(float(grad[where]) - float(numeric)) < 1e-7 and abs(float(numeric)) > 1e-6
+        assert float(jnp.abs(grad[1]).max()) == 0.0  # another window's X never reaches this logit

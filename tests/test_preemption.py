@@ -16,7 +16,7 @@ import time
 import pytest
 
 from rank4jax.training.checkpointing import RunCheckpoints, restore_params_numpy
-from tests.conftest import REPO
+from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 
 # From SIGTERM to exit: finish the running step, save, write the summary and plots, exit. Measured
 # about 3 s on 2 cores (a validation pass alone took longer before issue 19); generous for CI noise.
@@ -24,7 +24,7 @@ EXIT_WITHIN_S = 45.0
 
 
 def _start(*args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
     return subprocess.Popen(
         [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -83,7 +83,7 @@ def test_surprisal_buffer_is_add_one_unigram_and_never_trained():
     cfg = splm.SPLMConfig(**(SIZES | {"vocab_size": 6}))
     params = splm.set_surprisal(splm.init_params(jax.random.key(0), cfg), counts)
     optimizer = make_optimizer(tiny_config().optim)
-    grads = jax.grad(lambda p: SPLM.loss_sums(p, jnp.full((2, 3, 4), 4, jnp.int32), cfg)["objective"])(params)
+    grads = jax.jit(jax.grad(lambda p: SPLM.loss_sums(p, jnp.full((2, 3, 4), 4, jnp.int32), cfg)["objective"]))(params)
     assert not np.any(np.asarray(grads["buffers"]["surprisal"]))
     updates, _ = optimizer.update(grads, optimizer.init(params), params)  # weight decay 0.01 in the config
     assert not np.any(np.asarray(updates["buffers"]["surprisal"]))

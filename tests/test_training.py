@@ -69,11 +69,10 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
     _params_close(a, b, atol=1e-6)
 
 
-def test_checkpoint_round_trip_with_iterator_state(tmp_path):
-    config = tiny_config(num_steps=4)
-    train(config, str(tmp_path))
-    params, restored_config, tokenizer, step = restore_params_numpy(str(tmp_path), "latest")
-    assert step == 4 and restored_config.model.dx == config.model.dx
+def test_checkpoint_round_trip_with_iterator_state(tiny_run):
+    config = tiny_config()  # the config tiny_run was trained with (6 steps)
+    params, restored_config, tokenizer, step = restore_params_numpy(str(tiny_run), "latest")
+    assert step == 6 and restored_config.model.dx == config.model.dx
     assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(params))
     assert tokenizer.vocab_size == params["embed"]["sem"].shape[0]
     # the saved iterator state continues exactly where an uninterrupted iterator would
@@ -82,15 +81,87 @@ def test_checkpoint_round_trip_with_iterator_state(tmp_path):
 
     windows = prepare_data(config, tokenizer).windows["train"].windows
     reference = iter(train_dataset(windows, config.batch_size, seed=config.seed))
-    for _ in range(4):
+    for _ in range(6):
         next(reference)
     restored_iter = iter(train_dataset(windows, config.batch_size, seed=config.seed))
-    with RunCheckpoints(str(tmp_path)) as ckpt:
+    with RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
         import grain
         import orbax.checkpoint as ocp
 
-        ckpt.manager.restore(4, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointRestore(restored_iter)))
+        ckpt.manager.restore(6, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointRestore(restored_iter)))
     np.testing.assert_array_equal(next(restored_iter), next(reference))
+
+
+def test_params_restore_alone_equals_the_full_state_restore(tiny_run):
+    """restore_params_numpy reads the parameters only (a partial restore): the same values as the
+    whole train state's restore."""
+    from rank4jax.training.checkpointing import describe_run, with_shardings
+
+    alone, *_ = restore_params_numpy(str(tiny_run), "latest")
+    with RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
+        run = describe_run(ckpt, "latest")
+        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+        state = ckpt.restore_state(
+            run.step, with_shardings(run.abstract_state, jax.tree.map(lambda _: cpu, run.abstract_state))
+        )
+    _params_close(alone, state.params, atol=0)
+
+
+def test_run_logs_norms_tensorboard_and_compiled_memory(tiny_run):
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    train_records = read_metrics(str(tiny_run))["train"]
+    for r in train_records:  # L2 norms of parameters, gradients and updates with the loss
+        assert all(np.isfinite(r[k]) and r[k] > 0 for k in ("grad_norm", "update_norm", "param_norm"))
+    assert train_records[0]["update_norm"] < train_records[0]["param_norm"]
+    summary = json.load(open(tiny_run / "train_summary.json"))
+    memory = summary["compiled_train_step"]  # the AOT-compiled step's memory analysis
+    assert memory["temp_bytes"] > 0 and memory["argument_bytes"] > 0 and memory["compiled_shapes"] >= 1
+    parts = memory["argument_bytes"] + memory["output_bytes"] + memory["temp_bytes"] - memory["alias_bytes"]
+    assert memory["total_bytes"] == parts
+    assert memory["alias_bytes"] > 0  # the donated train state is aliased to the new one
+    # TensorBoard event files beside metrics.jsonl hold the same scalars
+    (events_file,) = tiny_run.glob("events.out.tfevents.*")
+    data, scalars, offset = events_file.read_bytes(), {}, 0
+    while offset < len(data):  # TFRecord: length (u64), its crc, payload, payload crc
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
+        offset += 16 + length
+        for value in event.summary.value:
+            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    assert [s for s, _ in scalars["train/loss"]] == [r["step"] for r in train_records]
+    np.testing.assert_allclose([v for _, v in scalars["train/loss"]], [r["loss"] for r in train_records], rtol=1e-6)
+    val = read_metrics(str(tiny_run))["validation"]
+    assert [s for s, _ in scalars["validation/window_ce"]] == [r["step"] for r in val] == [2, 4, 6]
+    assert "train/param_norm" in scalars and "validation/token_accuracy" in scalars
+
+
+def test_compiled_step_refuses_shapes_beyond_the_layout():
+    import jax.numpy as jnp
+
+    from rank4jax.errors import RecompilationError
+    from rank4jax.training.steps import CompiledStep
+
+    def step(state, batch):
+        return state + batch.sum()
+
+    guarded = CompiledStep(jax.jit(step), max_shapes=2)
+    assert float(guarded(jnp.float32(1), jnp.ones(3))) == 4.0
+    guarded(jnp.float32(1), jnp.ones(4))
+    guarded(jnp.float32(1), jnp.ones(3))  # compiled already: no new executable
+    assert guarded.n_compiled == 2 and len(guarded.memory) == 2
+    with pytest.raises(RecompilationError, match="beyond the 2 this batch layout can produce"):
+        guarded(jnp.float32(1), jnp.ones(5))
+    from rank4jax.training.steps import trace_limit
+
+    traced_once = CompiledStep(jax.jit(trace_limit(step, 1, "step")), max_shapes=3)
+    traced_once(jnp.float32(1), jnp.ones(3))
+    with pytest.raises(RecompilationError, match="traced again: 2 traces, at most 1"):  # the step's own count
+        traced_once(jnp.float32(1), jnp.ones(4))
+    twice = jax.jit(trace_limit(step, 1, "step"))  # a second step built from the same code counts afresh
+    twice(jnp.float32(1), jnp.ones(3))
 
 
 def test_keeps_latest_and_best(tmp_path):
@@ -103,31 +174,31 @@ def test_keeps_latest_and_best(tmp_path):
     assert summary["best_step"] == min(metrics, key=metrics.get)
 
 
-def test_rerun_after_completion_is_a_no_op(tmp_path):
-    config = tiny_config(num_steps=2)
-    train(config, str(tmp_path))
-    again = train(config, str(tmp_path))
-    assert again["step"] == 2
+def test_rerun_after_completion_is_a_no_op(tiny_run_copy):
+    before = (tiny_run_copy / "metrics.jsonl").read_text()
+    again = train(tiny_config(), str(tiny_run_copy))
+    assert again["step"] == 6 and again["wall_time_s"] == 0.0
+    assert (tiny_run_copy / "metrics.jsonl").read_text() == before
 
 
-def test_different_config_in_workdir_is_refused_and_nothing_changes(tmp_path):
-    train(tiny_config(num_steps=2), str(tmp_path))
-    before = sorted((p, os.path.getmtime(p)) for p in map(str, tmp_path.rglob("*")))
+def test_different_config_in_workdir_is_refused_and_nothing_changes(tiny_run_copy):
+    before = sorted((p, os.path.getmtime(p)) for p in map(str, tiny_run_copy.rglob("*")))
     with pytest.raises(CheckpointError, match=r"different config: model.dx: checkpoint has 4, this run has 8"):
-        train(tiny_config(num_steps=4, **{"model.dx": 8}), str(tmp_path))
-    after = sorted((p, os.path.getmtime(p)) for p in map(str, tmp_path.rglob("*")))
+        train(tiny_config(num_steps=8, **{"model.dx": 8}), str(tiny_run_copy))
+    after = sorted((p, os.path.getmtime(p)) for p in map(str, tiny_run_copy.rglob("*")))
     assert before == after
 
 
-def test_divergence_stops_without_saving(tmp_path):
-    train(tiny_config(num_steps=2), str(tmp_path))
-    before, *_ = restore_params_numpy(str(tmp_path), "latest")
-    config = tiny_config(num_steps=8, **{"optim.learning_rate": 1e38})  # optim may change on resume
-    with pytest.raises(TrainingDivergedError, match="diverged at step [3-8]: loss=(nan|inf)"):
-        train(config, str(tmp_path))
-    with RunCheckpoints(str(tmp_path)) as ckpt:
-        assert ckpt.all_steps() == [2]
-    after, *_ = restore_params_numpy(str(tmp_path), "latest")
+def test_divergence_stops_without_saving(tiny_run_copy):
+    before, *_ = restore_params_numpy(str(tiny_run_copy), "latest")
+    with RunCheckpoints(str(tiny_run_copy)) as ckpt:
+        steps = ckpt.all_steps()
+    config = tiny_config(num_steps=12, **{"optim.learning_rate": 1e38})  # optim may change on resume
+    with pytest.raises(TrainingDivergedError, match="diverged at step ([7-9]|1[0-2]): loss=(nan|inf)"):
+        train(config, str(tiny_run_copy))
+    with RunCheckpoints(str(tiny_run_copy)) as ckpt:
+        assert ckpt.all_steps() == steps and steps[-1] == 6
+    after, *_ = restore_params_numpy(str(tiny_run_copy), "latest")
     _params_close(before, after, atol=0)
 
 
@@ -154,17 +225,17 @@ def test_missing_data_path(tmp_path):
         train(tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "missing.csv")}), str(tmp_path))
 
 
-def test_plot_command(tmp_path):
+def test_plot_command(tiny_run_copy):
     import subprocess
     import sys
 
-    train(tiny_config(num_steps=2), str(tmp_path))
-    (tmp_path / "plots" / "curves.png").unlink()
+    (tiny_run_copy / "plots" / "curves.png").unlink()
     out = subprocess.run(
-        [sys.executable, "-m", "rank4jax.training.metrics", str(tmp_path)], capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0 and (tmp_path / "plots" / "curves.png").is_file()
+        [sys.executable, "-m", "rank4jax.training.metrics", str(tiny_run_copy)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0 and (tiny_run_copy / "plots" / "curves.png").is_file()
     out = subprocess.run(
-        [sys.executable, "-m", "rank4jax.training.metrics", str(tmp_path / "none")], capture_output=True, text=True
+        [sys.executable, "-m", "rank4jax.training.metrics", str(tiny_run_copy / "none")], capture_output=True, text=True
     )
     assert out.returncode == 2 and "error: no metrics" in out.stderr

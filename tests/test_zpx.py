@@ -98,8 +98,8 @@ def test_baseline_cached_decode_equals_full_recomputation_with_zpx():
     with jax.enable_x64(True):
         cfg = baseline.BaselineConfig(**(SIZES | {"dt": 4}), score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
         params = baseline.init_params(jax.random.key(0), cfg, jnp.float64)
-        out = baseline.decode(params, _windows(), cfg)
-        full = baseline.full_logits(params, out, out["fed"], cfg)
+        out = jax.jit(baseline.decode, static_argnums=2)(params, _windows(), cfg)  # one compile, not op by op
+        full = jax.jit(baseline.full_logits, static_argnums=3)(params, out, out["fed"], cfg)
         np.testing.assert_allclose(out["logits"], full, rtol=0, atol=1e-10)
         assert float(out["aux"]) > 0
 

@@ -39,4 +39,9 @@ def batch_layout(
         return windows
 
     layout.name = "compact" if compact else "trimmed" if trim else "full"
+    # the most distinct batch shapes the layout can produce (a jitted step compiles once for each):
+    # compact rows R and target rows R_t ≤ R are each one of ``compact`` bucket sizes; a trimmed
+    # width is a multiple of ``trim`` up to N, or N
+    n_tokens = model_cfg.n_tokens
+    layout.max_shapes = compact * (compact + 1) // 2 if compact else -(-n_tokens // trim) if trim else 1
     return layout

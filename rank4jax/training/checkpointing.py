@@ -75,13 +75,16 @@ class RunCheckpoints:
         return sorted(self.manager.all_steps())
 
     def best_step(self) -> int | None:
-        """The step with the lowest validation window loss (the latest if none has metrics)."""
-        scored = []
-        for step in self.all_steps():
-            metrics = self.manager.metrics(step)
-            if metrics and BEST_METRIC in metrics:
-                scored.append((float(metrics[BEST_METRIC]), step))
-        return min(scored)[1] if scored else self.latest_step()
+        """The step with the lowest validation window loss by the manager's own ``best_fn``
+        bookkeeping (the latest if no checkpoint carries a metric, e.g. only preemption saves)."""
+        best = self.manager.best_step()
+        return self.latest_step() if best is None else best
+
+    def reached_preemption(self, step: int) -> bool:
+        """True at the step every process of a multi-process run agreed to stop at after a
+        preemption notice (SIGTERM to any process; JAX's preemption sync point, through orbax).
+        Always False in a single process, where the loop's signal flag is the trigger."""
+        return jax.process_count() > 1 and self.manager.reached_preemption(step)
 
     def resolve_step(self, which: str | int | None) -> int:
         """'best', 'latest' or a step number → an existing step."""
@@ -163,15 +166,31 @@ def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
     return SavedRun(step, config, tokenizer, family, model_cfg, abstract)
 
 
+def restore_params(workdir: str, step: int, abstract_params):
+    """Restore only the parameters of checkpoint ``step`` onto the shardings carried by
+    ``abstract_params`` (ShapeDtypeStructs): a partial restore that never reads the optimiser
+    moments (two thirds of the state's bytes under AdamW)."""
+    path = os.path.join(checkpoint_dir(workdir), str(step), "state")
+    target = {"params": abstract_params}
+    args = ocp.args.PyTreeRestore(
+        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+    )
+    try:
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            return checkpointer.restore(path, args=args)["params"]
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"checkpoint {step} in {workdir} does not match this model: {e}") from None
+
+
 def restore_params_numpy(workdir: str, step: str | int = "best"):
-    """Restore a checkpoint's parameters onto the CPU as plain numpy, for notebooks.
+    """Restore a checkpoint's parameters (alone) onto the CPU as plain numpy, for notebooks.
 
     Returns (params as a tree of numpy arrays, run config as ConfigDict, tokenizer, step).
     """
     with RunCheckpoints(workdir, read_only=True) as ckpt:
         run = describe_run(ckpt, step)
-        cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-        shardings = jax.tree_util.tree_map(lambda _: cpu, run.abstract_state)
-        state = ckpt.restore_state(run.step, with_shardings(run.abstract_state, shardings))
-    params = jax.tree_util.tree_map(np.asarray, state.params)
+    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    shardings = jax.tree_util.tree_map(lambda _: cpu, run.abstract_state.params)
+    params = restore_params(workdir, run.step, with_shardings(run.abstract_state.params, shardings))
+    params = jax.tree_util.tree_map(np.asarray, params)
     return params, run.config, run.tokenizer, run.step

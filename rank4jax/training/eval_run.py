@@ -24,7 +24,7 @@ from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
-from rank4jax.training.checkpointing import RunCheckpoints, describe_run, with_shardings
+from rank4jax.training.checkpointing import RunCheckpoints, describe_run, restore_params, with_shardings
 from rank4jax.training.data_setup import prepare_split
 from rank4jax.training.evaluation import batched, cloze_accuracy, evaluate_windows, make_scorers, rollout
 from rank4jax.training.steps import jit_eval_step
@@ -68,8 +68,8 @@ def evaluate_run(
         n_data = max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
         mesh = sharding.make_mesh(n_data, 1)
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-        state_sharding = sharding.state_shardings(mesh, run.abstract_state)
-        params = ckpt.restore_state(step, with_shardings(run.abstract_state, state_sharding)).params
+        params_sharding = sharding.state_shardings(mesh, run.abstract_state.params)
+        params = restore_params(workdir, step, with_shardings(run.abstract_state.params, params_sharding))
     timings["load"] = time.perf_counter() - clock
     windows = window_set.windows
     report = {
@@ -93,7 +93,7 @@ def evaluate_run(
         return out
 
     batch = config.eval_batch_size
-    eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
+    eval_step = jit_eval_step(family, model_cfg, params_sharding, batch_sharding, replicated)
     layout = batch_layout(config, family, model_cfg, groups=n_data)
     report |= timed("windows", evaluate_windows, eval_step, params, windows, batch, batch_sharding, layout)
     predict_and_score, score = make_scorers(family, model_cfg)

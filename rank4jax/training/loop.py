@@ -1,13 +1,20 @@
 """The training loop: resumable, sharded, checkpointed, with progress bar, metrics and curves.
 
 Rerunning the same command resumes from the latest checkpoint (train state, grain iterator state);
-SIGINT/SIGTERM save a checkpoint and stop. A run interrupted at step k and resumed ends with the
-same parameters as an uninterrupted one. NaN/inf in the loss or gradient norm stops the run before
-anything is saved for the bad steps.
+SIGINT/SIGTERM save a checkpoint and stop (in a multi-process run, SIGTERM to any process is a
+preemption notice: every process saves at the same step, JAX's preemption sync point). A run
+interrupted at step k and resumed ends with the same parameters as an uninterrupted one. NaN/inf in
+the loss or gradient norm stops the run before anything is saved for the bad steps.
+
+The train step is compiled ahead of time on the first batch before the loop; its memory analysis
+is printed and kept in the run summary, and a compilation beyond the shapes the batch layout can
+produce stops the run (``steps.CompiledStep``). Batches arrive from the grain pipeline already in
+the step's layout (full, trimmed or compact).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -31,19 +38,23 @@ from rank4jax.training.evaluation import evaluate_windows
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
 from rank4jax.training.run_config import identity_differences, to_json_dict, validate
 from rank4jax.training.state import create_train_state, make_optimizer
-from rank4jax.training.steps import jit_eval_step, jit_train_step
+from rank4jax.training.steps import CompiledStep, describe_memory, jit_eval_step, jit_train_step
 
 
 class StopRequest:
     """Turns SIGINT/SIGTERM into a flag the loop checks after every step. It stays installed until
-    the last checkpoint is written, so a second signal during that save cannot cut it short."""
+    the last checkpoint is written, so a second signal during that save cannot cut it short.
 
-    def __init__(self):
+    Single process only (``enabled``): a flag set in one process of a multi-process run would make
+    it save alone; there JAX's preemption notifier keeps SIGTERM and the processes agree on a step."""
+
+    def __init__(self, enabled: bool = True):
         self.signal: int | None = None
+        self.enabled = enabled
         self._previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM) if self.enabled else ():
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -95,7 +106,9 @@ def _flush_train_metrics(pending: list, step: int, since: float, batch_size: int
         "split": "train",
         "loss": float(losses.mean()),
         "last_slice_ce": sum(float(m["last_slice_ce_sum"]) for m in fetched) / max(ls_tokens, 1.0),
-        "grad_norm": float(norms.mean()),
+        "grad_norm": float(norms.mean()),  # L2 norms (big_vision): gradient and update means over
+        "update_norm": float(np.mean([m["update_norm"] for m in fetched])),  # the interval,
+        "param_norm": float(fetched[-1]["param_norm"]),  # parameters after its last step
         "windows_per_s": len(fetched) * batch_size / max(seconds, 1e-9),
     }
 
@@ -109,7 +122,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
     family = get_family(config.model_family)
     os.makedirs(workdir, exist_ok=True)
     started = time.time()
-    with RunCheckpoints(workdir, keep=config.keep_checkpoints) as ckpt:
+    with contextlib.ExitStack() as stack:
+        ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
         tokenizer = _check_workdir(ckpt, config, workdir)
         data = prepare_data(config, tokenizer)
         tokenizer = data.tokenizer
@@ -127,6 +141,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
         abstract = jax.eval_shape(init_fn, jax.random.key(config.seed))
         state_sharding = sharding.state_shardings(mesh, abstract)  # created directly sharded
+        layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
         train_iter = iter(
             train_dataset(
                 data.windows["train"].windows,
@@ -134,6 +149,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 seed=config.seed,
                 process_index=jax.process_index(),
                 process_count=jax.process_count(),
+                batch_map=layout,  # grain builds the step's batches (full, trimmed or compact)
             )
         )
         latest = ckpt.latest_step()
@@ -145,18 +161,28 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         else:
             state = ckpt.restore_state(latest, with_shardings(abstract, state_sharding), train_iter)
         n_params = family.count_params(model_cfg)
-        train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
+        train_step = CompiledStep(
+            jit_train_step(
+                family, model_cfg, optimizer, state_sharding, batch_sharding, replicated, max_traces=layout.max_shapes
+            ),
+            max_shapes=layout.max_shapes,
+        )
         eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
         is_main = jax.process_index() == 0
-        layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
-        writer = MetricsWriter(workdir, enabled=is_main)
+        log = print if is_main else (lambda *a, **k: None)
+        writer = stack.enter_context(MetricsWriter(workdir, enabled=is_main))
         saved_config = to_json_dict(config)
         start = int(jax.device_get(state.step))
         if start == 0:
-            print(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")
-            print(f"rank4jax: mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices")
+            log(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")
+            log(f"rank4jax: mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices")
         else:
-            print(f"rank4jax: resuming {workdir} from step {start}")
+            log(f"rank4jax: resuming {workdir} from step {start}")
+        next_batch = None
+        if start < config.num_steps:  # compile ahead of time on the first batch, before the loop
+            next_batch = sharding.put_batch(next(train_iter), batch_sharding)
+            train_step.compile(state, next_batch)
+            log(f"rank4jax: compiled train step ({layout.name} batches): {describe_memory(train_step.peak_memory())}")
 
         def evaluate_and_log(step):
             metrics = evaluate_windows(
@@ -167,6 +193,10 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             writer.write({"step": step, "split": "validation", **metrics})
             return metrics
 
+        def log_line(text):
+            if is_main:
+                bar.write(text)
+
         last_val, interrupted = None, None  # every checkpoint carries its validation loss
         pending, t_last = [], time.perf_counter()
         bar = tqdm(
@@ -176,14 +206,17 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             unit="step",
             dynamic_ncols=True,
         )
-        with StopRequest() as stop, bar:
+        with StopRequest(enabled=jax.process_count() == 1) as stop, bar:
             for step in range(start + 1, config.num_steps + 1):
-                batch = sharding.put_batch(layout(next(train_iter)), batch_sharding)
+                batch = next_batch if next_batch is not None else sharding.put_batch(next(train_iter), batch_sharding)
+                next_batch = None
                 state, metrics = train_step(state, batch)
                 pending.append(metrics)
                 bar.update(1)
                 for hook in hooks:
                     hook(step, state)
+                if ckpt.reached_preemption(step):  # every process of a multi-process run, same step
+                    stop.signal = stop.signal or signal.SIGTERM
                 is_last = step == config.num_steps
                 checkpoint_now = step % config.checkpoint_every == 0 or is_last
                 if step % config.log_every == 0 or step % config.eval_every == 0 or is_last or stop.signal:
@@ -194,7 +227,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 if (step % config.eval_every == 0 or is_last) and not stop.signal:
                     last_val = evaluate_and_log(step)
                     v = last_val
-                    bar.write(
+                    log_line(
                         f"step {step}: val {family.selection_loss} {v['window_ce']:.4f}, "
                         f"LS(T) {v['last_slice_ce']:.4f}, token acc {v['token_accuracy']:.3f}"
                     )
@@ -210,6 +243,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             ckpt.manager.wait_until_finished()  # a second signal while this runs is only noted
         final_step = int(jax.device_get(state.step))
         best = ckpt.best_step()
+        if jax.process_count() > 1:  # every process holds the same replicated parameters
+            digest = sharding.check_replicas_agree(state.params)
+            print(f"rank4jax: process {jax.process_index()} of {jax.process_count()}: parameters {digest}")
     summary_path = os.path.join(workdir, SUMMARY_FILE)
     previous = {}
     if start > 0 and os.path.isfile(summary_path):
@@ -229,12 +265,14 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         "wall_time_s": elapsed,
         "wall_time_total_s": previous_s + elapsed,  # across resumptions
         "final_validation": last_val if ran else previous.get("final_validation"),
+        "batch_layout": layout.name,  # what the train step consumed: full, trimmed or compact batches
+        "compiled_train_step": train_step.peak_memory() if ran else previous.get("compiled_train_step"),
         "data": data.summary(),
     }
     if jax.process_index() == 0:
         with open(summary_path, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
         plot_curves(workdir)
-    if interrupted:
+    if interrupted and jax.process_index() == 0:
         print(f"rank4jax: {interrupted} at step {final_step}: checkpoint saved; rerun the same command to resume")
     return summary

@@ -1,7 +1,10 @@
-"""Metrics files and curves: an append-only JSONL log in the workdir and PNG plots of it.
+"""Metrics files and curves: an append-only JSONL log in the workdir, the same scalars as TensorBoard
+event files beside it (tensorboardX: no TensorFlow needed; ``tensorboard --logdir runs/``), and PNG
+plots of the log.
 
-Records are ``{"step": int, "split": "train" | "validation", ...}``. A resumed run may log a step
-again; readers keep the last record per (split, step).
+Records are ``{"step": int, "split": "train" | "validation", ...}``; each number is the TensorBoard
+scalar ``<split>/<name>``. A resumed run may log a step again; readers keep the last record per
+(split, step) (TensorBoard shows both points).
 """
 
 from __future__ import annotations
@@ -14,17 +17,41 @@ SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end o
 
 
 class MetricsWriter:
-    """Appends JSON lines; only JAX process 0 writes (every process computes the same metrics)."""
+    """Appends JSON lines and TensorBoard scalars; only JAX process 0 writes (every process computes
+    the same metrics). A context manager: leaving it flushes and closes the event file."""
 
-    def __init__(self, workdir: str, enabled: bool = True):
+    def __init__(self, workdir: str, enabled: bool = True, tensorboard: bool = True):
         self.path = os.path.join(workdir, METRICS_FILE)
+        self.workdir = workdir
         self.enabled = enabled
+        self._tensorboard = tensorboard
+        self._events = None  # the tensorboardX writer, opened at the first record
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        if self._tensorboard:
+            if self._events is None:
+                from tensorboardX import SummaryWriter
+
+                self._events = SummaryWriter(self.workdir, flush_secs=30)
+            split = record.get("split", "train")
+            for name, value in record.items():
+                if name != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                    self._events.add_scalar(f"{split}/{name}", value, global_step=int(record["step"]))
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
 
 
 def steady_ms_per_step(workdir: str, batch_size: int) -> float:

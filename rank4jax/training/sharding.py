@@ -104,3 +104,31 @@ def put_batch(local_rows, sharding: NamedSharding):
     """This process's rows (an array, or a dict of arrays with the same leading axis, such as a
     compact batch) → global arrays sharded along the data axis."""
     return jax.tree.map(lambda rows: jax.make_array_from_process_local_data(sharding, rows), local_rows)
+
+
+def replica_digest(tree) -> str:
+    """sha256 (16 hex digits) of this process's own copy of every fully replicated leaf (leaves
+    split along the model axis hold different shards on different processes and are left out):
+    equal across processes iff the replicas agree."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if not leaf.sharding.is_fully_replicated:
+            continue
+        h.update(np.ascontiguousarray(np.asarray(leaf.addressable_data(0))).tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_replicas_agree(tree) -> str:
+    """Every process's replica digest of ``tree`` (a multi-process run's parameters) must equal
+    process 0's; raises with both digests otherwise. Returns this process's digest."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    digest = replica_digest(tree)
+    mine = np.frombuffer(bytes.fromhex(digest), np.uint8)
+    multihost_utils.assert_equal(mine, f"process {jax.process_index()}'s parameters differ from process 0's")
+    return digest

@@ -33,6 +33,20 @@ def _count(config: ml_collections.ConfigDict, vocab_size: int) -> int:
     return family.count_params(family.make_config(config.model, vocab_size))
 
 
+def _closest(candidates: range, count, target: int):
+    """The candidate whose parameter count is closest to ``target`` (the first on a tie), for a count
+    that grows with the candidate: a bisection, ~log2(len) counts instead of one per candidate."""
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:  # the first candidate whose count reaches the target (or the last)
+        mid = (lo + hi) // 2
+        if count(candidates[mid]) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    around = [candidates[i] for i in (lo - 1, lo) if 0 <= i < len(candidates)]
+    return min(around, key=lambda c: abs(count(c) - target))
+
+
 def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
     """{"splm_gaussian", "splm_mlp", "attention"} run configs, sized to the Gaussian's parameter count."""
     gaussian = copy.deepcopy(base)
@@ -43,18 +57,18 @@ def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
 
     def with_hidden(width):
         mlp.model.splm.mlp_hidden = width
-        return abs(_count(mlp, vocab_size) - target)
+        return _count(mlp, vocab_size)
 
-    mlp.model.splm.mlp_hidden = min(range(8, 4097, 8), key=with_hidden)
+    mlp.model.splm.mlp_hidden = _closest(range(8, 4097, 8), with_hidden, target)
     attention = copy.deepcopy(gaussian)
     attention.model_family = "baseline_lm"
     attention.model = model_section("baseline_lm", gaussian.model, n_heads=ATTENTION_HEADS, dropout=0.0)
 
     def with_layers(layers):
         attention.model.n_layers = layers
-        return abs(_count(attention, vocab_size) - target)
+        return _count(attention, vocab_size)
 
-    attention.model.n_layers = min(range(1, 33), key=with_layers)
+    attention.model.n_layers = _closest(range(1, 33), with_layers, target)
     return {"attention": attention, "splm_mlp": mlp, "splm_gaussian": gaussian}
 
 

@@ -93,14 +93,23 @@ def apply_layer(
 
 
 def hidden_rows(
-    params: dict, rows: Rows, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
+    params: dict,
+    rows: Rows,
+    cfg: Rank4Config,
+    *,
+    train: bool = False,
+    rng: jax.Array | None = None,
+    embedded: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Rows of any layout → (the final-normed stream Y at the rows (G, R, D), the mean over layers
-    of the score variant's auxiliary value)."""
+    of the score variant's auxiliary value). ``embedded`` (G, R, D): the input tensor X at the rows
+    in place of the embedding of ``rows.tokens`` (which still set the key mask), e.g. to take
+    ``jax.grad`` with respect to X."""
     chex.assert_equal_shape([rows.tokens, rows.position, rows.slice])
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
-    x = embed_rows(params["embed"], rows, cfg)
+    x = embed_rows(params["embed"], rows, cfg) if embedded is None else embedded
+    chex.assert_shape(x, rows.tokens.shape + (cfg.width,))
     key_mask = rows.key_mask()
     auxes = []
     for index, layer in enumerate(params["layers"]):
@@ -129,11 +138,23 @@ def loss_sums(params: dict, batch, cfg: Rank4Config, *, train: bool = False, rng
 
 
 def hidden_states(
-    params: dict, inputs: jax.Array, cfg: Rank4Config, *, train: bool = False, rng: jax.Array | None = None
+    params: dict,
+    inputs: jax.Array,
+    cfg: Rank4Config,
+    *,
+    train: bool = False,
+    rng: jax.Array | None = None,
+    embedded: jax.Array | None = None,
 ) -> jax.Array:
-    """inputs (B, T, N) int → final-normed stream Y (B, P, D)."""
-    chex.assert_shape(inputs, (inputs.shape[0], cfg.n_slices, cfg.n_tokens))
-    return hidden_rows(params, window_rows(inputs), cfg, train=train, rng=rng)[0]
+    """inputs (B, T, N) int → final-normed stream Y (B, P, D). ``embedded`` (B, N, T, dx, dt): the
+    input tensor X to run instead of the embedding of ``inputs`` (``apply_embedding``'s output, or a
+    function of it); ``inputs`` still set the PAD key mask."""
+    batch = inputs.shape[0]
+    chex.assert_shape(inputs, (batch, cfg.n_slices, cfg.n_tokens))
+    if embedded is not None:
+        chex.assert_shape(embedded, (batch, cfg.n_tokens, cfg.n_slices, cfg.dx, cfg.dt))
+        embedded = embedded.reshape(batch, cfg.n_tokens * cfg.n_slices, cfg.width)  # rows p = x·T + t
+    return hidden_rows(params, window_rows(inputs), cfg, train=train, rng=rng, embedded=embedded)[0]
 
 
 def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
@@ -163,13 +184,18 @@ def forward(
     return logits
 
 
-def next_state_logits(params: dict, inputs: jax.Array, cfg: Rank4Config) -> jax.Array:
+def next_state_logits(
+    params: dict, inputs: jax.Array, cfg: Rank4Config, embedded: jax.Array | None = None
+) -> jax.Array:
     """Eval-mode logits of the next state S(T) only: (B, N, V), the slice t = T−1 of :func:`forward`.
 
     The readout, by far the costliest matmul at a word vocabulary, runs on the N positions of the
-    last input slice instead of all P = N·T (what Story Cloze scoring, prediction and rollout need)."""
+    last input slice instead of all P = N·T (what Story Cloze scoring, prediction and rollout need).
+    ``embedded``: see :func:`hidden_states` (``jax.grad`` of a prediction with respect to X)."""
     batch = inputs.shape[0]
-    y = hidden_states(params, inputs, cfg).reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.width)[:, :, -1]
+    y = hidden_states(params, inputs, cfg, embedded=embedded).reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.width)[
+        :, :, -1
+    ]
     logits = apply_readout(params["embed"]["sem"], params["readout"]["tmp"], y)
     chex.assert_shape(logits, (batch, cfg.n_tokens, cfg.vocab_size))
     return logits

@@ -1,0 +1,106 @@
+"""A real two-process run: ``train.py --distributed`` as two processes on this machine (coordinator on
+127.0.0.1, one CPU device each, JAX's CPU collectives over gloo)."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+
+from rank4jax.training.checkpointing import RunCheckpoints, restore_params_numpy
+from rank4jax.training.loop import train
+from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
+from tests.helpers import tiny_config
+
+STEPS = 4
+FLAGS = {  # tiny_config's values, as command-line overrides
+    "data.builtin_stories": 200, "model.n_tokens": 8, "model.dx": 4, "model.dt": 2, "model.n_heads": 2,
+    "model.n_layers": 1, "batch_size": 8, "eval_batch_size": 16, "num_steps": STEPS, "log_every": 2,
+    "eval_every": 2, "checkpoint_every": 2, "keep_checkpoints": 2, "optim.warmup_steps": 0,
+    "progress_bar": False,
+}  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_two_processes(workdir, **overrides):
+    port = _free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)  # one CPU device per process
+    args = [f"--config.{k}={v}" for k, v in (FLAGS | overrides).items()]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "train.py",
+                "--config=configs/default.py",
+                f"--workdir={workdir}",
+                *args,
+                "--distributed",
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+
+
+def test_two_process_run_matches_one_process_and_restores_in_one(tmp_path):
+    procs = _start_two_processes(tmp_path / "two")
+    single = train(tiny_config(num_steps=STEPS, **{"mesh.data": 1}), str(tmp_path / "one"))  # meanwhile
+    outputs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=600)
+        outputs.append(out)
+        assert p.returncode == 0, out[-3000:]
+    digests = [re.search(r"process (\d) of 2: parameters ([0-9a-f]{16})", out) for out in outputs]
+    assert [int(d.group(1)) for d in digests] == [0, 1]
+    assert digests[0].group(2) == digests[1].group(2)  # both processes end with the same parameters
+    assert "mesh {'data': 2, 'model': 1} over 2 of 2 devices" in outputs[0]
+    assert "step 2: val" in outputs[0] and "step 2: val" not in outputs[1]  # process 0 logs
+    # the checkpoint written by two processes restores in one, equal to the one-process run's
+    # (the same global batches: each process takes its half of every global batch)
+    with RunCheckpoints(str(tmp_path / "two")) as ckpt:
+        assert ckpt.all_steps() == [2, 4]
+    two, *_ = restore_params_numpy(str(tmp_path / "two"), "latest")
+    one, *_ = restore_params_numpy(str(tmp_path / "one"), "latest")
+    assert single["step"] == STEPS
+    for a, b in zip(jax.tree_util.tree_leaves(two), jax.tree_util.tree_leaves(one), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
+    """JAX's preemption sync point: a SIGTERM to process 1 alone makes both processes save the same
+    step and exit with 143, with equal parameters."""
+    long_run = {"num_steps": 100_000, "log_every": 20, "eval_every": 1000, "checkpoint_every": 1000}
+    procs = _start_two_processes(tmp_path, **long_run)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and '"step": 40,' in metrics.read_text()):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "no training progress"
+        time.sleep(0.2)
+    procs[1].send_signal(signal.SIGTERM)
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [143, 143], outputs[0][-2000:] + outputs[1][-2000:]
+    stopped = [re.search(r"process \d of 2: parameters ([0-9a-f]{16})", out).group(1) for out in outputs]
+    assert stopped[0] == stopped[1]
+    step = int(re.search(r"SIGTERM at step (\d+): checkpoint saved", outputs[0]).group(1))
+    assert 40 <= step < 100_000
+    with RunCheckpoints(str(tmp_path)) as ckpt:
+        assert ckpt.all_steps() == [step] and not ckpt.manager.metrics(step)  # never the best step
+    params, *_ = restore_params_numpy(str(tmp_path), "latest")
+    assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(params))
