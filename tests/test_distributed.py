@@ -59,7 +59,7 @@ def _start_two_processes(workdir, **overrides):
     ]
 
 
-def test_two_process_run_matches_one_process_and_restores_in_one(tmp_path):
+def test_two_process_run_matches_one_process_restores_and_resumes_in_one(tmp_path):
     procs = _start_two_processes(tmp_path / "two")
     single = train(tiny_config(num_steps=STEPS, **{"mesh.data": 1}), str(tmp_path / "one"))  # meanwhile
     outputs = []
@@ -79,6 +79,14 @@ def test_two_process_run_matches_one_process_and_restores_in_one(tmp_path):
     two, *_ = restore_params_numpy(str(tmp_path / "two"), "latest")
     one, *_ = restore_params_numpy(str(tmp_path / "one"), "latest")
     assert single["step"] == STEPS
+    for a, b in zip(jax.tree_util.tree_leaves(two), jax.tree_util.tree_leaves(one), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    # ... and resumes in one process (the iterator state does not depend on the process count):
+    # two more steps on each equal each other
+    for name in ("two", "one"):
+        assert train(tiny_config(num_steps=STEPS + 2, **{"mesh.data": 1}), str(tmp_path / name))["step"] == STEPS + 2
+    two, *_ = restore_params_numpy(str(tmp_path / "two"), "latest")
+    one, *_ = restore_params_numpy(str(tmp_path / "one"), "latest")
     for a, b in zip(jax.tree_util.tree_leaves(two), jax.tree_util.tree_leaves(one), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 

@@ -8,6 +8,7 @@ could delete the newest checkpoint and break resume.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import grain
@@ -121,14 +122,33 @@ class RunCheckpoints:
 
     def restore_state(self, step: int, abstract_state, data_iter=None):
         """Restore the train state onto the shardings carried by ``abstract_state`` (ShapeDtypeStructs),
-        and the iterator in place when given."""
+        and the iterator in place when given.
+
+        grain saves the iterator state per process (``process_<i>-of-<n>.json``). The training
+        pipeline's state does not depend on the process count (every process draws the same global
+        batches, ``rank4jax.data.pipeline``), so a run saved by n processes resumes on another count
+        from process 0's state."""
         items = {"state": ocp.args.StandardRestore(abstract_state)}
+        other_count_state = None
         if data_iter is not None:
-            items["data_iter"] = grain.checkpoint.CheckpointRestore(data_iter)
+            iter_dir = os.path.join(checkpoint_dir(self.workdir), str(step), "data_iter")
+            own = f"process_{jax.process_index()}-of-{jax.process_count()}.json"
+            saved = (
+                sorted(f for f in os.listdir(iter_dir) if f.startswith("process_0-of-"))
+                if os.path.isdir(iter_dir)
+                else []
+            )
+            if os.path.isfile(os.path.join(iter_dir, own)) or not saved:
+                items["data_iter"] = grain.checkpoint.CheckpointRestore(data_iter)
+            else:
+                with open(os.path.join(iter_dir, saved[0]), encoding="utf-8") as f:
+                    other_count_state = json.load(f)
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         except (ValueError, KeyError) as e:
             raise CheckpointError(f"checkpoint {step} in {self.workdir} does not match this model: {e}") from None
+        if other_count_state is not None:
+            data_iter.set_state(other_count_state)
         return restored["state"]
 
 
