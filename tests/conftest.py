@@ -18,9 +18,11 @@ import tempfile
 SUBPROCESS_XLA_FLAGS = ""  # one CPU device: the command lines run as a user runs them
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller (or a run without xdist); workers inherit
+_OWNER = "RANK4JAX_TEST_CACHE_OWNER"  # the pid of the process that made the cache (this file may be
+# imported twice in it: as pytest's conftest and as tests.conftest by the test modules)
+if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_OWNER) != str(os.getpid()):
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="rank4jax-test-jax-cache-")
-    os.environ["RANK4JAX_TEST_OWNS_CACHE"] = "1"
+    os.environ[_OWNER] = str(os.getpid())  # the controller (or a run without xdist); workers inherit
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"  # not the many tiny eager-op programs
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
@@ -33,7 +35,7 @@ SHARED_CLOZE = REPO.parent / "shared" / "data" / "storycloze_val_2016.csv"
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get("RANK4JAX_TEST_OWNS_CACHE"):
+    if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_OWNER) == str(os.getpid()):
         shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
