@@ -20,11 +20,10 @@ class MetricsWriter:
     """Appends JSON lines and TensorBoard scalars; only JAX process 0 writes (every process computes
     the same metrics). A context manager: leaving it flushes and closes the event file."""
 
-    def __init__(self, workdir: str, enabled: bool = True, tensorboard: bool = True):
+    def __init__(self, workdir: str, enabled: bool = True):
         self.path = os.path.join(workdir, METRICS_FILE)
         self.workdir = workdir
         self.enabled = enabled
-        self._tensorboard = tensorboard
         self._events = None  # the tensorboardX writer, opened at the first record
 
     def __enter__(self):
@@ -38,15 +37,14 @@ class MetricsWriter:
             return
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
-        if self._tensorboard:
-            if self._events is None:
-                from tensorboardX import SummaryWriter
+        if self._events is None:
+            from tensorboardX import SummaryWriter
 
-                self._events = SummaryWriter(self.workdir, flush_secs=30)
-            split = record.get("split", "train")
-            for name, value in record.items():
-                if name != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                    self._events.add_scalar(f"{split}/{name}", value, global_step=int(record["step"]))
+            self._events = SummaryWriter(self.workdir, flush_secs=30)
+        split = record.get("split", "train")
+        for name, value in record.items():
+            if name != "step" and isinstance(value, int | float) and not isinstance(value, bool):
+                self._events.add_scalar(f"{split}/{name}", value, global_step=int(record["step"]))
 
     def close(self) -> None:
         if self._events is not None:

@@ -14,7 +14,11 @@ Batches are assembled from each process's local rows with ``jax.make_array_from_
 
 from __future__ import annotations
 
+import hashlib
+
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from rank4jax.errors import ConfigError
@@ -110,10 +114,6 @@ def replica_digest(tree) -> str:
     """sha256 (16 hex digits) of this process's own copy of every fully replicated leaf (leaves
     split along the model axis hold different shards on different processes and are left out):
     equal across processes iff the replicas agree."""
-    import hashlib
-
-    import numpy as np
-
     h = hashlib.sha256()
     for leaf in jax.tree_util.tree_leaves(tree):
         if not leaf.sharding.is_fully_replicated:
@@ -125,9 +125,6 @@ def replica_digest(tree) -> str:
 def check_replicas_agree(tree) -> str:
     """Every process's replica digest of ``tree`` (a multi-process run's parameters) must equal
     process 0's; raises with both digests otherwise. Returns this process's digest."""
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     digest = replica_digest(tree)
     mine = np.frombuffer(bytes.fromhex(digest), np.uint8)
     multihost_utils.assert_equal(mine, f"process {jax.process_index()}'s parameters differ from process 0's")

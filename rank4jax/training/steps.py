@@ -66,7 +66,7 @@ def eval_step(params, windows: jax.Array, *, family: ModelFamily, model_cfg) -> 
 
 
 def jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated, max_traces=None):
-    """``max_traces``: the most batch shapes the step may be traced for (``chex.assert_max_traces``)."""
+    """``max_traces``: the most batch shapes the step may be traced for (``trace_limit``)."""
 
     def step(state, windows):
         return train_step(state, windows, family=family, model_cfg=model_cfg, optimizer=optimizer)
