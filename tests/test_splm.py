@@ -132,3 +132,32 @@ def test_stream_family_trains_resumes_and_evaluates(tmp_path, family):
         params, *_ = restore_params_numpy(str(tmp_path), "latest")
         surprisal = params["buffers"]["surprisal"]
         assert surprisal.std() > 0.1 and surprisal.min() < np.log(len(surprisal)) - 1
+
+
+@pytest.mark.parametrize("chunk", [None, 4])
+def test_gaussian_potential_reproduces_the_unchunked_reference(chunk, monkeypatch):
+    """Values, forces and the training objective's gradient of every parameter equal the float64
+    reference written by the first (unchunked, autodiff-backward) implementation: in one chunk, and
+    in chunks of 2 slots × 2 rows (h: 4 chunks, the last one padded; the streams: 7 chunks)."""
+    from rank4jax.models.splm import potential
+    from tests.fixtures import make_splm_gaussian_reference as ref
+
+    if chunk:
+        monkeypatch.setattr(potential, "CHUNK_POSITIONS", chunk)
+
+    path = os.path.join(os.path.dirname(ref.__file__), "splm_gaussian_reference.npz")
+    stored = np.load(path)
+    with jax.enable_x64(True):
+        cfg = splm.SPLMConfig(**ref.SIZES)
+        template = jax.eval_shape(lambda: splm.init_params(jax.random.key(0), cfg, jnp.float64))
+        paths, treedef = jax.tree_util.tree_flatten_with_path(template)
+        leaves = [jnp.asarray(stored["param/" + jax.tree_util.keystr(p)]) for p, _ in paths]
+        params = jax.tree_util.tree_unflatten(treedef, leaves)
+        assert any(0 < float(jnp.max(jnp.abs(x))) for x in leaves)
+        now = ref.compute(params, cfg, jnp.asarray(stored["windows"]))
+    assert set(now) == {k for k in stored.files if not k.startswith(("param/", "windows"))}
+    for name, value in now.items():
+        expected = stored[name]
+        scale = max(float(np.max(np.abs(expected))), 1e-300)
+        assert np.max(np.abs(value - expected)) <= 1e-12 * scale, name
+    assert stored["grad/['potential']['w_a']"].any() and stored["grad/['potential']['depth']"].any()
