@@ -23,6 +23,14 @@ class CheckpointError(UserError):
     """A checkpoint that cannot be used with this run (missing, or from another config)."""
 
 
+class WorkdirError(UserError):
+    """A workdir that cannot be written (read-only, no permission, not a directory)."""
+
+
+class WorkdirBusyError(UserError):
+    """Another live process holds the workdir's lock (one training run per workdir)."""
+
+
 class TrainingDivergedError(UserError):
     """The loss or gradient norm became NaN or infinite."""
 

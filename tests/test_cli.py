@@ -21,7 +21,7 @@ CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "configs" / "*.py")) if no
 
 
 def test_config_files_are_found():
-    assert len(CONFIG_FILES) == 8
+    assert len(CONFIG_FILES) == 9
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES)

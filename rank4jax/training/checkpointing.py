@@ -3,6 +3,14 @@
 Every checkpoint is self-contained (``eval.py`` needs only the workdir). One preservation policy
 keeps the latest ``keep`` checkpoints *and* the best by validation window loss — a best-only policy
 could delete the newest checkpoint and break resume.
+
+Damage: a checkpoint that cannot be read (truncated or missing array files, an emptied config,
+manifest or metadata, a missing item, an empty step directory, non-finite values) raises
+:class:`CheckpointDamaged`, never a config mismatch. ``first_readable`` walks the steps newest first
+and takes the first readable one, with a warning naming each damaged one; training moves a damaged
+checkpoint aside into ``<workdir>/damaged_checkpoints/`` (kept, never deleted, out of the way of the
+steps it will save again); evaluation leaves it in place. A step that disappears while it is read
+(a training run's keep policy deleted it) is skipped the same way.
 """
 
 from __future__ import annotations
@@ -10,9 +18,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import sys
 
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
@@ -22,6 +33,24 @@ from rank4jax.errors import CheckpointError
 
 BEST_METRIC = "val_window_ce"
 CHECKPOINT_DIR = "checkpoints"
+DAMAGED_DIR = "damaged_checkpoints"
+
+
+class CheckpointDamaged(CheckpointError):
+    """A checkpoint whose files cannot be read back (not a mismatch with the config)."""
+
+    def __init__(self, workdir: str, step: int, error: BaseException | str):
+        self.step = step
+        self.reason = error if isinstance(error, str) else _reason(error)
+        super().__init__(f"checkpoint {step} in {workdir} is damaged and cannot be read ({self.reason})")
+
+
+def _reason(error: BaseException) -> str:
+    """One short line for a library exception (orbax/tensorstore messages run to kilobytes)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -115,10 +144,32 @@ class RunCheckpoints:
 
     def load_meta(self, step: int):
         """(saved run config dict, tokenizer) of a checkpoint."""
-        restored = self.manager.restore(
-            step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), tokenizer=ocp.args.JsonRestore())
-        )
-        return dict(restored["config"]), tokenizer_from_dict(dict(restored["tokenizer"]), where=f"checkpoint {step}")
+        try:
+            restored = self.manager.restore(
+                step, args=ocp.args.Composite(config=ocp.args.JsonRestore(), tokenizer=ocp.args.JsonRestore())
+            )
+            config = dict(restored["config"])
+            tokenizer = tokenizer_from_dict(dict(restored["tokenizer"]), where=f"checkpoint {step}")
+        except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the files are unreadable
+            raise CheckpointDamaged(self.workdir, step, e) from None
+        if not config.get("model_family"):
+            raise CheckpointDamaged(self.workdir, step, "its saved config is empty")
+        return config, tokenizer
+
+    def step_dir(self, step: int) -> str:
+        return os.path.join(checkpoint_dir(self.workdir), str(step))
+
+    def set_aside(self, step: int) -> str:
+        """Move a damaged checkpoint out of the manager's directory into ``damaged_checkpoints/``
+        (never deleted) and forget it; returns where it went."""
+        target_dir = os.path.join(os.path.abspath(self.workdir), DAMAGED_DIR)
+        os.makedirs(target_dir, exist_ok=True)
+        target, n = os.path.join(target_dir, str(step)), 1
+        while os.path.exists(target):
+            target, n = os.path.join(target_dir, f"{step}.{n}"), n + 1
+        shutil.move(self.step_dir(step), target)
+        self.manager.reload()
+        return target
 
     def restore_state(self, step: int, abstract_state, data_iter=None):
         """Restore the train state onto the shardings carried by ``abstract_state`` (ShapeDtypeStructs),
@@ -143,13 +194,79 @@ class RunCheckpoints:
             else:
                 with open(os.path.join(iter_dir, saved[0]), encoding="utf-8") as f:
                     other_count_state = json.load(f)
-        try:
+        try:  # the caller checked the saved config matches: a failure here is damage
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-        except (ValueError, KeyError) as e:
-            raise CheckpointError(f"checkpoint {step} in {self.workdir} does not match this model: {e}") from None
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointDamaged(self.workdir, step, e) from None
+        _check_finite(self.workdir, step, restored["state"])
         if other_count_state is not None:
             data_iter.set_state(other_count_state)
         return restored["state"]
+
+
+def _check_finite(workdir: str, step: int, tree) -> None:
+    """NaN/inf in a restored tree (a flipped bit in an exponent) is damage, not divergence."""
+    finite = jax.jit(
+        lambda t: jnp.all(
+            jnp.stack(
+                [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(t) if jnp.issubdtype(x.dtype, jnp.inexact)]
+            )
+        )
+    )(tree)
+    if not bool(finite):
+        raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
+
+
+_LIBRARY_NOISE = ("Event loop is closed", "reading array index", "TensorStore")
+
+
+def _quiet_library_noise() -> None:
+    """After a failed read orbax's pending reads of the other arrays fail in the background and
+    reach ``sys.unraisablehook`` (dozens of tracebacks, some after the read returned); drop those,
+    keep anything else."""
+    previous = sys.unraisablehook
+    if getattr(previous, "rank4jax_quiet", False):
+        return
+
+    def hook(unraisable):
+        if not any(text in str(unraisable.exc_value) for text in _LIBRARY_NOISE):
+            previous(unraisable)
+
+    hook.rank4jax_quiet = True
+    sys.unraisablehook = hook
+
+
+def first_readable(ckpt: RunCheckpoints, candidates, load, *, set_aside: bool = False):
+    """``(step, load(step))`` for the first of ``candidates`` (steps, best first) that reads; each
+    damaged one is named in a warning and, when ``set_aside``, moved into ``damaged_checkpoints/``
+    once a readable one is found (if none is, all stay where they are); a step deleted meanwhile is
+    skipped. No readable candidate: one CheckpointError listing why."""
+    _quiet_library_noise()  # installed before the first read: the noise starts during the failing one
+    problems, damaged = [], []
+    for step in candidates:
+        try:
+            result = load(step)
+        except CheckpointDamaged as e:
+            if not os.path.isdir(ckpt.step_dir(step)):  # deleted while being read (another run's keep policy)
+                problems.append(f"{step}: removed while being read")
+                print(
+                    f"rank4jax: warning: checkpoint {step} was removed while being read; trying another",
+                    file=sys.stderr,
+                )
+                ckpt.manager.reload()
+                continue
+            problems.append(f"{step}: {e.reason}")
+            damaged.append(step)
+            print(f"rank4jax: warning: {e}; trying the next older checkpoint", file=sys.stderr)
+            continue
+        for bad in damaged if set_aside else ():
+            print(
+                f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)",
+                file=sys.stderr,
+            )
+        return step, result
+    why = "; ".join(problems) or "none saved"
+    raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")
 
 
 def with_shardings(abstract, shardings):
@@ -195,11 +312,33 @@ def restore_params(workdir: str, step: int, abstract_params):
     args = ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
     )
-    try:
+    try:  # the model is built from this checkpoint's own config: a failure here is damage
         with ocp.PyTreeCheckpointer() as checkpointer:
-            return checkpointer.restore(path, args=args)["params"]
-    except (ValueError, KeyError) as e:
-        raise CheckpointError(f"checkpoint {step} in {workdir} does not match this model: {e}") from None
+            params = checkpointer.restore(path, args=args)["params"]
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointDamaged(workdir, step, e) from None
+    _check_finite(workdir, step, params)
+    return params
+
+
+def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):
+    """(SavedRun, parameters) of checkpoint ``which`` ('best', 'latest' or a step). ``place(run)``
+    gives the abstract parameters with their shardings (default: the run's, unsharded). For 'best'
+    and 'latest' a damaged checkpoint, or one deleted while it is read (a training run in the same
+    workdir), falls back to the newest readable other one with a warning; a damaged step asked for by
+    number is one error."""
+    place = place or (lambda run: run.abstract_state.params)
+
+    def load(step):
+        run = describe_run(ckpt, step)
+        return run, restore_params(ckpt.workdir, step, place(run))
+
+    first = ckpt.resolve_step(which)
+    if which not in (None, "best", "latest"):
+        _quiet_library_noise()
+        return load(first)
+    candidates = [first] + [s for s in reversed(ckpt.all_steps()) if s != first]
+    return first_readable(ckpt, candidates, load)[1]
 
 
 def restore_params_numpy(workdir: str, step: str | int = "best"):
@@ -207,10 +346,14 @@ def restore_params_numpy(workdir: str, step: str | int = "best"):
 
     Returns (params as a tree of numpy arrays, run config as ConfigDict, tokenizer, step).
     """
-    with RunCheckpoints(workdir, read_only=True) as ckpt:
-        run = describe_run(ckpt, step)
     cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-    shardings = jax.tree_util.tree_map(lambda _: cpu, run.abstract_state.params)
-    params = restore_params(workdir, run.step, with_shardings(run.abstract_state.params, shardings))
+
+    def on_cpu(run):
+        return with_shardings(
+            run.abstract_state.params, jax.tree_util.tree_map(lambda _: cpu, run.abstract_state.params)
+        )
+
+    with RunCheckpoints(workdir, read_only=True) as ckpt:
+        run, params = restore_run(ckpt, step, on_cpu)
     params = jax.tree_util.tree_map(np.asarray, params)
     return params, run.config, run.tokenizer, run.step

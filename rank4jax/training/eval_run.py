@@ -24,7 +24,7 @@ from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
-from rank4jax.training.checkpointing import RunCheckpoints, describe_run, restore_params, with_shardings
+from rank4jax.training.checkpointing import RunCheckpoints, restore_run, with_shardings
 from rank4jax.training.data_setup import prepare_split
 from rank4jax.training.evaluation import batched, cloze_accuracy, evaluate_windows, make_scorers, rollout
 from rank4jax.training.steps import jit_eval_step
@@ -60,16 +60,23 @@ def evaluate_run(
     _check_count("examples", num_examples)
     clock = time.perf_counter()
     timings = {}
+
+    def n_data_for(config):  # data parallel over as many devices as divide the eval batch
+        return max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
+
+    def place(run):
+        mesh = sharding.make_mesh(n_data_for(run.config), 1)
+        return with_shardings(run.abstract_state.params, sharding.state_shardings(mesh, run.abstract_state.params))
+
     with RunCheckpoints(workdir, read_only=True) as ckpt:
-        run = describe_run(ckpt, step)
+        # a damaged checkpoint, or one a running training deletes meanwhile, falls back to another
+        run, params = restore_run(ckpt, step, place)
         step, config, tokenizer, family, model_cfg = run.step, run.config, run.tokenizer, run.family, run.model_cfg
         stories, window_set, source = prepare_split(config, tokenizer, split, path=data_path)
-        # data parallel over as many devices as divide the eval batch (independent of the training mesh)
-        n_data = max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
+        n_data = n_data_for(config)  # independent of the training mesh
         mesh = sharding.make_mesh(n_data, 1)
         replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
         params_sharding = sharding.state_shardings(mesh, run.abstract_state.params)
-        params = restore_params(workdir, step, with_shardings(run.abstract_state.params, params_sharding))
     timings["load"] = time.perf_counter() - clock
     windows = window_set.windows
     report = {

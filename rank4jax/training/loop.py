@@ -32,13 +32,14 @@ from rank4jax.errors import CheckpointError, TrainingDivergedError
 from rank4jax.models.family import get_family
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
-from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, with_shardings
+from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, first_readable, with_shardings
 from rank4jax.training.data_setup import prepare_data, validation_windows
 from rank4jax.training.evaluation import evaluate_windows
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
 from rank4jax.training.run_config import identity_differences, to_json_dict, validate
 from rank4jax.training.state import create_train_state, make_optimizer
 from rank4jax.training.steps import CompiledStep, describe_memory, jit_eval_step, jit_train_step
+from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
 
 
 class StopRequest:
@@ -69,22 +70,30 @@ class StopRequest:
 
 
 def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
-    """The tokenizer of an existing run, after checking its config matches; None for a new run."""
-    latest = ckpt.latest_step()
-    if latest is None:
+    """The tokenizer of an existing run, after checking its config matches; None for a new run.
+
+    A damaged newest checkpoint falls back to the newest readable one (single process: the damaged
+    ones are moved aside, ``checkpointing.first_readable``); a config mismatch is never damage."""
+    steps = ckpt.all_steps()
+    if not steps:
         return None
-    saved, tokenizer = ckpt.load_meta(latest)
-    diffs = identity_differences(saved, config)
-    if diffs:
-        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
-        raise CheckpointError(
-            f"{workdir} holds checkpoints of a different config: {diffs[0]}{more}. "
-            "Use a new --workdir, or the config that wrote these checkpoints; nothing was changed."
-        )
-    return tokenizer
+
+    def check(step):
+        saved, tokenizer = ckpt.load_meta(step)
+        diffs = identity_differences(saved, config)
+        if diffs:
+            more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+            raise CheckpointError(
+                f"{workdir} holds checkpoints of a different config: {diffs[0]}{more}. "
+                "Use a new --workdir, or the config that wrote these checkpoints; nothing was changed."
+            )
+        return tokenizer
+
+    single = jax.process_count() == 1
+    return first_readable(ckpt, steps[::-1] if single else steps[-1:], check, set_aside=single)[1]
 
 
-def _flush_train_metrics(pending: list, step: int, since: float, batch_size: int) -> dict:
+def _flush_train_metrics(pending: list, step: int, since: float, batch_size: int, resumed_at: int = 0) -> dict:
     """Fetch the pending step metrics (this waits for the steps to finish: dispatch is asynchronous,
     so the interval is timed after the fetch, from ``since``, the end of the previous one)."""
     fetched = jax.device_get(pending)
@@ -95,10 +104,16 @@ def _flush_train_metrics(pending: list, step: int, since: float, batch_size: int
     if bad.any():
         first = step - len(fetched) + 1 + int(np.argmax(bad))
         i = int(np.argmax(bad))
+        advice = "Try a lower optim.learning_rate or set optim.grad_clip_norm."
+        if resumed_at and step - len(fetched) == resumed_at:  # right after a resume: suspect the checkpoint
+            advice = (
+                f"This is the first interval after resuming from checkpoint {resumed_at}: its optimiser state "
+                f"may be damaged; move checkpoints/{resumed_at} aside to resume from the one before (if that "
+                "diverges too, lower optim.learning_rate)."
+            )
         raise TrainingDivergedError(
             f"training diverged at step {first}: loss={losses[i]}, grad_norm={norms[i]}. "
-            "Stopped without saving; the checkpoints already in the workdir are intact. "
-            "Try a lower optim.learning_rate or set optim.grad_clip_norm."
+            f"Stopped without saving; the checkpoints already in the workdir are intact. {advice}"
         )
     ls_tokens = sum(float(m["last_slice_tokens"]) for m in fetched)
     return {
@@ -120,9 +135,10 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
     """
     validate(config)
     family = get_family(config.model_family)
-    os.makedirs(workdir, exist_ok=True)
+    make_workdir(workdir)
     started = time.time()
     with contextlib.ExitStack() as stack:
+        stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
         ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
         tokenizer = _check_workdir(ckpt, config, workdir)
         data = prepare_data(config, tokenizer)
@@ -158,8 +174,15 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             if family.init_from_data is not None:  # data-derived buffers, then kept by every checkpoint
                 params = family.init_from_data(state.params, data.windows["train"].windows, model_cfg)
                 state = state.replace(params=jax.device_put(params, state_sharding.params))
-        else:
-            state = ckpt.restore_state(latest, with_shardings(abstract, state_sharding), train_iter)
+        else:  # the newest readable checkpoint (damaged ones are moved aside in a single process)
+            single = jax.process_count() == 1
+            target = with_shardings(abstract, state_sharding)
+            latest, state = first_readable(
+                ckpt,
+                ckpt.all_steps()[::-1] if single else [latest],
+                lambda step: ckpt.restore_state(step, target, train_iter),
+                set_aside=single,
+            )
         n_params = family.count_params(model_cfg)
         train_step = CompiledStep(
             jit_train_step(
@@ -220,7 +243,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 is_last = step == config.num_steps
                 checkpoint_now = step % config.checkpoint_every == 0 or is_last
                 if step % config.log_every == 0 or step % config.eval_every == 0 or is_last or stop.signal:
-                    record = _flush_train_metrics(pending, step, t_last, config.batch_size)
+                    record = _flush_train_metrics(pending, step, t_last, config.batch_size, resumed_at=start)
                     writer.write(record)
                     bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
                     pending, t_last = [], time.perf_counter()

@@ -1,0 +1,95 @@
+"""One writer per workdir: an advisory lock held for a training run's lifetime.
+
+``train`` takes ``<workdir>/.lock`` with ``fcntl.flock`` (exclusive, non-blocking) before it reads or
+writes anything there, and writes who holds it (pid, host, command, start time) into the file. A
+second ``train.py`` on the same workdir is refused with one line naming the holder. The kernel drops
+the lock when its process ends, however it ends (``kill -9`` included), so a lock file left by a dead
+process is taken over by the next run: stale locks need no clean-up and cannot block anyone. Readers
+(``eval.py``) take no lock; they pin a checkpoint step instead (``eval_run``).
+
+In a multi-process run only process 0 takes the lock (the processes share the workdir). The lock is
+advisory and local: it guards against two runs on one machine or one POSIX filesystem, not a workdir
+on a filesystem without ``flock`` (then the lock is skipped with a warning).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+
+from rank4jax.errors import WorkdirBusyError, WorkdirError
+
+LOCK_FILE = ".lock"
+
+
+def _holder(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["started"]))
+        return f"pid {info['pid']} on {info['host']} ({info['command']}, since {since})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (no holder recorded yet)"
+
+
+def make_workdir(workdir: str) -> None:
+    """Create ``workdir`` (and its parents), or one WorkdirError naming why it cannot be."""
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise WorkdirError(f"cannot create the workdir {workdir}: {e.strerror}") from None
+    if not os.access(workdir, os.W_OK | os.X_OK):
+        raise WorkdirError(f"the workdir {workdir} is not writable; nothing was changed")
+
+
+class WorkdirLock:
+    """Context manager: the exclusive lock of ``workdir`` for this process, or WorkdirBusyError."""
+
+    def __init__(self, workdir: str, enabled: bool = True):
+        self.path = os.path.join(workdir, LOCK_FILE)
+        self.enabled = enabled
+        self._fd: int | None = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise WorkdirError(f"cannot write to the workdir: {self.path}: {e.strerror}; nothing was changed") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise WorkdirBusyError(
+                    f"{os.path.dirname(self.path) or '.'} is in use by {_holder(self.path)}; one training run "
+                    "per workdir: wait for it to finish, stop it, or use another --workdir"
+                ) from None
+            if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                print(f"rank4jax: warning: cannot lock {self.path} ({e.strerror}); not guarded", file=sys.stderr)
+                return self
+            raise
+        self._fd = fd
+        if os.fstat(fd).st_size:  # a holder that never released it: its process ended without cleaning up
+            print(
+                f"rank4jax: taking over the lock left by {_holder(self.path)}, which is no longer running",
+                file=sys.stderr,
+            )
+        command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)) or "python"
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # no holder: the file stays (removing it would race a new locker)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

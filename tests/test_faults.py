@@ -1,0 +1,209 @@
+"""Faults and hostile input (issue 18): one writer per workdir, unwritable workdirs, damaged
+checkpoints (evaluation and resume fall back to the newest readable one), a checkpoint deleted
+while evaluation reads it, non-finite checkpoint values.
+
+Each fault ends in one ``error:`` line that names its cause, with nothing already saved lost."""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rank4jax.errors import CheckpointError, TrainingDivergedError, WorkdirBusyError, WorkdirError
+from rank4jax.training import checkpointing, loop, workdir_lock
+from rank4jax.training.checkpointing import CheckpointDamaged, restore_params_numpy
+from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.loop import train
+from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
+from tests.helpers import tiny_config
+
+TINY_FLAGS = (
+    "--config.data.builtin_stories=200",
+    "--config.model.n_tokens=8",
+    "--config.model.dx=4",
+    "--config.model.dt=2",
+    "--config.model.n_layers=1",
+    "--config.batch_size=8",
+    "--config.eval_batch_size=16",
+    "--config.progress_bar=False",
+)
+
+
+def _start(args, **kwargs):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
+
+
+def _holder_pid(workdir) -> int | None:
+    try:
+        with open(os.path.join(workdir, workdir_lock.LOCK_FILE), encoding="utf-8") as f:
+            return json.load(f)["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    """Two real train.py processes on one workdir: the second is refused with one line naming the
+    first (pid, host, command), changes nothing and leaves the first running; after ``kill -9`` of
+    the first its lock is taken over with a note."""
+    workdir = str(tmp_path / "run")
+    first = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=1000000"])
+    try:
+        deadline = time.time() + 120
+        while _holder_pid(workdir) != first.pid:
+            assert first.poll() is None, first.communicate()[1][-2000:]
+            assert time.time() < deadline, "the first run never took the lock"
+            time.sleep(0.2)
+        before = sorted(os.listdir(workdir))
+        second = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=4"])
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2 and "Traceback" not in err, err
+        line = err.strip().splitlines()[-1]
+        assert line.startswith(f"error: {workdir} is in use by pid {first.pid} on ") and "train.py" in line, line
+        assert first.poll() is None  # the holder carries on
+        assert sorted(os.listdir(workdir)) == before  # the refused run wrote nothing
+    finally:
+        first.kill()
+        first.communicate()
+    assert _holder_pid(workdir) == first.pid  # kill -9 leaves the file, but not the lock
+    with workdir_lock.WorkdirLock(workdir):
+        assert _holder_pid(workdir) == os.getpid()
+        with pytest.raises(WorkdirBusyError, match=f"pid {os.getpid()}"):  # held: even this process's
+            with workdir_lock.WorkdirLock(workdir):  # second open file is refused
+                pass
+    assert os.path.getsize(os.path.join(workdir, workdir_lock.LOCK_FILE)) == 0  # released: no holder
+
+
+def test_stale_lock_takeover_says_so(tmp_path, capsys):
+    path = tmp_path / workdir_lock.LOCK_FILE
+    path.write_text(json.dumps({"pid": 999999, "host": "elsewhere", "command": "train.py", "started": 0}))
+    with workdir_lock.WorkdirLock(str(tmp_path)):
+        pass
+    assert "taking over the lock left by pid 999999 on elsewhere" in capsys.readouterr().err
+
+
+def test_unwritable_workdir_is_one_error_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(WorkdirError, match="cannot create the workdir"):
+        workdir_lock.make_workdir(str(blocker / "run"))
+    out = subprocess.run(
+        [sys.executable, "train.py", f"--workdir={blocker}/run", *TINY_FLAGS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS),
+        timeout=120,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"error: cannot create the workdir {blocker}/run: Not a directory"
+
+
+DAMAGE = {
+    "truncated_arrays": lambda s: [_truncate(f) for f in glob.glob(f"{s}/state/ocdbt.process_0/d/*")],
+    "missing_arrays": lambda s: [os.remove(f) for f in glob.glob(f"{s}/state/ocdbt.process_0/d/*")],
+    "empty_config": lambda s: open(f"{s}/config/metadata", "w").close(),
+    "empty_manifest": lambda s: [
+        open(f, "w").close() for f in glob.glob(f"{s}/state/**/manifest.ocdbt", recursive=True)
+    ],
+    "empty_array_metadata": lambda s: open(f"{s}/state/_METADATA", "w").close(),
+    "missing_tokenizer": lambda s: shutil.rmtree(f"{s}/tokenizer"),
+    "empty_step_dir": lambda s: (shutil.rmtree(s), os.makedirs(s)),
+}
+
+
+def _truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def _params(workdir, step):
+    return restore_params_numpy(str(workdir), step)[0]
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_copy, capsys):
+    """Seven kinds of damage to the newest checkpoint (6): evaluation of 'latest' and 'best' warns,
+    names checkpoint 6 as damaged (never a config mismatch) and reports checkpoint 4, leaving 6 in
+    place; asked for by number, 6 is one error; the library's background read errors stay quiet."""
+    step6 = tiny_run_copy / "checkpoints" / "6"
+    before = sorted(p.name for p in step6.rglob("*"))
+    DAMAGE[kind](str(step6))
+    damaged_files = sorted(p.name for p in step6.rglob("*"))
+    for which in ("latest", "best"):
+        report = evaluate_run(str(tiny_run_copy), split="validation", step=which, num_examples=0, rollout_steps=0)
+        assert report["step"] == 4
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "match" not in err, err
+        if kind == "empty_step_dir" and not err:  # a read-only manager does not list an empty step at all
+            continue
+        assert f"checkpoint 6 in {tiny_run_copy} is damaged and cannot be read" in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in step6.rglob("*")) == damaged_files and (kind == "empty_step_dir" or before)
+    with pytest.raises(CheckpointError, match="checkpoint 6 .* is damaged|no checkpoint at step 6"):
+        evaluate_run(str(tiny_run_copy), split="validation", step=6, num_examples=0, rollout_steps=0)
+
+
+@pytest.mark.parametrize("kind", ["missing_arrays", "empty_config"])
+def test_resume_falls_back_moves_the_damaged_checkpoint_aside_and_continues_exactly(
+    kind, tiny_run, tiny_run_copy, capsys
+):
+    DAMAGE[kind](str(tiny_run_copy / "checkpoints" / "6"))
+    summary = train(tiny_config(), str(tiny_run_copy))  # resumes from 4, trains 5 and 6 again
+    err = capsys.readouterr().err
+    assert "checkpoint 6" in err and "is damaged" in err and "Traceback" not in err
+    assert summary["step"] == 6 and (tiny_run_copy / "damaged_checkpoints" / "6").is_dir()
+    for a, b in zip(
+        jax.tree_util.tree_leaves(_params(tiny_run_copy, 6)),
+        jax.tree_util.tree_leaves(_params(tiny_run, 6)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)  # the same step 6 as the uninterrupted run
+
+
+def test_no_readable_checkpoint_is_one_error_and_nothing_moves(tiny_run_copy):
+    for step in (4, 6):
+        DAMAGE["missing_arrays"](str(tiny_run_copy / "checkpoints" / str(step)))
+    with pytest.raises(CheckpointError, match=r"no readable checkpoint in .*\(6: .*; 4: .*\); nothing was moved"):
+        train(tiny_config(), str(tiny_run_copy))
+    assert sorted(os.listdir(tiny_run_copy / "checkpoints")) == ["4", "6"]
+    assert not (tiny_run_copy / "damaged_checkpoints").exists()
+
+
+def test_eval_survives_the_step_being_deleted_while_it_reads(tiny_run_copy, monkeypatch, capsys):
+    """A training run's keep policy deletes the step eval is reading: it takes the next one."""
+    real = checkpointing.restore_params
+    calls = []
+
+    def deleting(workdir, step, abstract):
+        calls.append(step)
+        if len(calls) == 1:
+            shutil.rmtree(os.path.join(workdir, "checkpoints", str(step)))
+        return real(workdir, step, abstract)
+
+    monkeypatch.setattr(checkpointing, "restore_params", deleting)
+    report = evaluate_run(str(tiny_run_copy), split="validation", step="latest", num_examples=0, rollout_steps=0)
+    assert calls == [6, 4] and report["step"] == 4
+    assert "checkpoint 6 was removed while being read" in capsys.readouterr().err
+
+
+def test_non_finite_values_are_damage_and_divergence_after_resume_blames_the_checkpoint():
+    with pytest.raises(CheckpointDamaged, match="checkpoint 3 in w is damaged .*NaN or infinite"):
+        checkpointing._check_finite("w", 3, {"a": jnp.ones(2), "b": jnp.array([1.0, jnp.inf]), "i": jnp.arange(2)})
+    checkpointing._check_finite("w", 3, {"a": jnp.ones(2), "i": jnp.arange(2)})
+    metric = {"loss": np.nan, "grad_norm": 1.0, "update_norm": 1.0, "param_norm": 1.0}
+    metric |= {"last_slice_ce_sum": 0.0, "last_slice_tokens": 1.0}
+    with pytest.raises(TrainingDivergedError, match="resuming from checkpoint 4: its optimiser state may be damaged"):
+        loop._flush_train_metrics([metric, metric], 6, 0.0, 8, resumed_at=4)
+    with pytest.raises(TrainingDivergedError, match="lower optim.learning_rate or set optim.grad_clip_norm"):
+        loop._flush_train_metrics([metric, metric], 8, 0.0, 8, resumed_at=4)
