@@ -4,16 +4,21 @@ rank-4 model and the 1-D baseline on the same windows, and print the table.
     python zpx_plan.py --workdir=runs/zpx_builtin                      # built-in corpus (~8 min)
     python zpx_plan.py --rank4_config=configs/storycloze.py --baseline_config=configs/baseline_storycloze.py \\
         --rank4_config.num_steps=400 --baseline_config.num_steps=400 --workdir=runs/zpx_storycloze
+    python zpx_plan.py --rank4_config=configs/rocstories.py --baseline_config=configs/baseline_rocstories.py \\
+        --rank4_config.num_steps=800 --baseline_config.num_steps=1300 --seeds=0,1 --workdir=runs/zpx_roc
+                                                       # ROCStories, 2 seeds (~2 h; docs/zpx.md)
 
 Defaults: configs/default.py for both families (the baseline with the same sizes), 1,000 steps.
-Rerunning resumes. Writes zpx_plan.md and zpx_plan.json in the workdir.
+Rerunning resumes. Writes zpx_plan.md and zpx_plan.json in the workdir; with ``--seeds`` one plan
+per seed in ``<workdir>/seed<s>`` and the combined table (mean ± half-range) in zpx_seeds.md/.json.
 """
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
-from rank4jax.training.zpx_plan import run_plan
+from rank4jax.errors import ConfigError
+from rank4jax.training.zpx_plan import run_plan, run_seeds
 
 with config_flag_errors():
     _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/default.py", "Rank-4 run config.")
@@ -22,6 +27,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/zpx_plan", "Directory holding on
 _CENTER = flags.DEFINE_float("center_weight", 0.01, "Centre-cancellation weight of the +centre variant.")
 _STEPS = flags.DEFINE_integer("num_steps", 0, "If > 0, overrides num_steps of both configs.")
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split for the reported LS(T).")
+_SEEDS = flags.DEFINE_list("seeds", [], "Run the plan once per seed (sets both configs' seed), then combine.")
 
 
 def main(argv):
@@ -37,9 +43,16 @@ def main(argv):
             if _STEPS.value > 0:
                 config.num_steps = _STEPS.value
                 config.checkpoint_every = config.eval_every = max(1, min(config.eval_every, _STEPS.value))
-        return run_plan(
-            {"rank4": rank4, "baseline": base}, _WORKDIR.value, center_weight=_CENTER.value, split=_SPLIT.value
-        )
+        bases, kwargs = {"rank4": rank4, "baseline": base}, {"center_weight": _CENTER.value, "split": _SPLIT.value}
+        if _SEEDS.value:
+            try:
+                seeds = [int(s) for s in _SEEDS.value]
+            except ValueError:
+                raise ConfigError(
+                    f"--seeds must be integers separated by commas, got {','.join(_SEEDS.value)}"
+                ) from None
+            return run_seeds(bases, _WORKDIR.value, seeds, **kwargs)
+        return run_plan(bases, _WORKDIR.value, **kwargs)
 
     print(run_reporting_user_errors(run)["table"])
 

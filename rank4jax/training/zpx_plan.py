@@ -3,6 +3,8 @@ angle+sphere+centre regulariser, for the rank-4 model and the 1-D baseline, on t
 
 Each run is an ordinary resumable run under ``workdir/<family>_<variant>``; the table gives the
 reported split's LS(T), the lowest validation LS(T) logged, parameters and wall time per step.
+With several seeds (``run_seeds``) each seed's plan lives in ``workdir/seed<s>`` and the combined
+table gives each cell's LS(T) as mean ± half-range over the seeds, with every seed's value.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import copy
 
 import ml_collections
+import numpy as np
 
 from rank4jax.training.experiment import run_all, write_outputs
 
@@ -67,5 +70,65 @@ def table_markdown(rows: list, split: str) -> str:
         lines.append(
             f"| {r['family']} | {r['variant']} | {r['ls']:.3f} | {delta:+.3f} | {r['best_val_ls']:.3f} | "
             f"{r['params']:,} | {r['ms_per_step']:.1f} | {r['wall_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def run_seeds(bases: dict, workdir: str, seeds, **kwargs) -> dict:
+    """``run_plan`` once per seed (``config.seed`` of every base) in ``workdir/seed<s>``, then the
+    combined table (``combine_seeds``) in ``workdir/zpx_seeds.{md,json}``."""
+    results = []
+    for seed in seeds:
+        seeded = {}
+        for label, base in bases.items():
+            seeded[label] = copy.deepcopy(base)
+            seeded[label].seed = int(seed)
+        results.append(run_plan(seeded, f"{workdir}/seed{seed}", **kwargs))
+    combined = combine_seeds(results, [int(s) for s in seeds])
+    write_outputs(workdir, "zpx_seeds", combined, combined["table"])
+    return combined
+
+
+def combine_seeds(results: list, seeds: list) -> dict:
+    """Per (family, variant): LS(T) of every seed, its mean and half-range, the change of the mean
+    against the family's standard score, parameters, median ms/step and mean run wall time."""
+    cells: dict = {}
+    for result in results:
+        for r in result["rows"]:
+            cells.setdefault((r["family"], r["variant"]), []).append(r)
+    rows = []
+    for (family, variant), runs in cells.items():
+        ls = np.array([r["ls"] for r in runs])
+        rows.append(
+            {
+                "family": family,
+                "variant": variant,
+                "ls_per_seed": [float(x) for x in ls],
+                "ls_mean": float(ls.mean()),
+                "ls_half_range": float((ls.max() - ls.min()) / 2),
+                "params": runs[0]["params"],
+                "ms_per_step": float(np.median([r["ms_per_step"] for r in runs])),
+                "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+                "steps": runs[0]["steps"],
+            }
+        )
+    split = results[0]["split"]
+    return {"split": split, "seeds": seeds, "rows": rows, "table": seeds_table_markdown(rows, split, seeds)}
+
+
+def seeds_table_markdown(rows: list, split: str, seeds: list) -> str:
+    per_seed = " / ".join(f"seed {s}" for s in seeds)
+    lines = [
+        f"| family | score | {split} LS(T) mean ± half-range | Δ mean vs standard | {per_seed} | params | steps | "
+        "ms/step | run wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    standard = {r["family"]: r["ls_mean"] for r in rows if r["variant"] == "standard"}
+    for r in rows:
+        delta = r["ls_mean"] - standard.get(r["family"], float("nan"))
+        values = " / ".join(f"{x:.3f}" for x in r["ls_per_seed"])
+        lines.append(
+            f"| {r['family']} | {r['variant']} | {r['ls_mean']:.3f} ± {r['ls_half_range']:.3f} | {delta:+.3f} | "
+            f"{values} | {r['params']:,} | {r['steps']} | {r['ms_per_step']:.0f} | {r['wall_s']:.0f} |"
         )
     return "\n".join(lines)
