@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import traceback
 
 from rank4jax.errors import StageInterrupted, UserError
 
@@ -30,9 +32,47 @@ def parse_flags(argv: list[str]) -> list[str]:
         return flags.FLAGS(argv)
     except flags.Error as e:
         print(f"error: {e}\nPass --help for usage.", file=sys.stderr)
-    except (AttributeError, KeyError) as e:
-        _unknown_config_key(e, argv)
+    except Exception as e:  # noqa: BLE001 -- a config file that raises, or an unknown override key
+        _flag_exception(e, argv)
     sys.exit(2)
+
+
+def _config_files(argv: list[str]) -> list[str]:
+    """The ``--<flag>=<file>.py`` arguments (config files)."""
+    files = []
+    for arg in argv[1:]:
+        name, _, value = arg.partition("=")
+        if arg.startswith("--") and "." not in name and value.endswith(".py"):
+            files.append(value)
+    return files
+
+
+def config_file_problem(error: BaseException, argv: list[str]) -> str | None:
+    """One line for an exception raised while loading a config file (a syntax error, an exception in
+    ``get_config``, no ``get_config`` at all), naming the file and line; None if it is not one."""
+    frames = traceback.extract_tb(error.__traceback__)
+    for path in _config_files(argv):
+        where = os.path.abspath(path)
+        if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == where:
+            return f"config file {path}, line {error.lineno}: {type(error).__name__}: {error.msg}"
+        inside = [f for f in frames if os.path.abspath(f.filename) == where]
+        if inside:
+            return f"config file {path}, line {inside[-1].lineno}: {type(error).__name__}: {error}"
+        if "has no attribute 'get_config'" in str(error) and os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                if "def get_config" not in f.read():
+                    return f"config file {path} defines no get_config() (it must return an ml_collections.ConfigDict)"
+    return None
+
+
+def _flag_exception(error: BaseException, argv: list[str]) -> None:
+    problem = config_file_problem(error, argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+    elif isinstance(error, (AttributeError, KeyError)):
+        _unknown_config_key(error, argv)
+    else:
+        raise error
 
 
 def _unknown_config_key(error: Exception, argv: list[str]) -> None:
@@ -48,20 +88,30 @@ def config_flag_errors():
     while defining the flag and raises AttributeError/KeyError for a key the config lacks."""
     try:
         yield
-    except (AttributeError, KeyError) as e:
-        _unknown_config_key(e, sys.argv)
+    except Exception as e:  # noqa: BLE001
+        _flag_exception(e, sys.argv)
         sys.exit(2)
 
 
 def config_value(holder):
     """The ConfigDict of a ``DEFINE_config_file`` flag; a file that fails to load is a ConfigError."""
+    import ml_collections
+
     from rank4jax.errors import ConfigError
 
+    config = holder.value
     try:
-        config = holder.value
         _ = config.model_family  # a config file that failed to load reports it on first access
     except OSError as e:
         detail = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         detail = detail.replace("Configuration is not available because of an earlier failure to load: ", "")
         raise ConfigError(f"cannot load the config file: {detail}") from None
+    except AttributeError:
+        pass
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(
+            f"the config file's get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict"
+        )
+    if "model_family" not in config:
+        raise ConfigError("the config file's ConfigDict has no model_family (start from configs/default.py)")
     return config

@@ -78,3 +78,39 @@ def test_missing_config_file_and_nested_unknown_key(tmp_path):
     assert "Traceback" not in out.stderr
     out = run("train.py", f"--workdir={tmp_path}", "--config.model.nope=3")
     assert out.returncode == 2 and "error: unknown config key 'nope'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_broken_config_files_are_one_line_each(tmp_path):
+    """A config file that raises, has a syntax error, has no get_config or returns something else:
+    one line naming the file (and line), exit status 2, no traceback."""
+    from rank4jax.cli import config_file_problem
+
+    files = {
+        "raises.py": 'def get_config():\n    raise RuntimeError("boom")\n',
+        "syntax.py": "def get_config(:\n",
+        "noget.py": "x = 1\n",
+        "notdict.py": "def get_config():\n    return 3\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    expected = {
+        "raises.py": "line 2: RuntimeError: boom",
+        "syntax.py": "line 1: SyntaxError: invalid syntax",
+        "noget.py": "defines no get_config()",
+    }
+    for name, tail in expected.items():
+        path = str(tmp_path / name)
+        spec = importlib.util.spec_from_file_location(f"{name[:-3]}_config", path)
+        with pytest.raises(Exception) as caught:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            module.get_config()
+        assert config_file_problem(caught.value, ["train.py", f"--config={path}"]) == f"config file {path}" + (
+            f", {tail}" if tail.startswith("line") else f" {tail} (it must return an ml_collections.ConfigDict)"
+        )
+    out = run("train.py", f"--workdir={tmp_path}/w", f"--config={tmp_path}/raises.py")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == f"error: config file {tmp_path}/raises.py, line 2: RuntimeError: boom"
+    out = run("train.py", f"--workdir={tmp_path}/w", f"--config={tmp_path}/notdict.py")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().endswith("get_config() returned int, not an ml_collections.ConfigDict")
