@@ -6,6 +6,7 @@ import csv
 import functools
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ from rank4jax.errors import ConfigError
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.training.checkpointing import restore_params_numpy
-from rank4jax.training.eval_run import evaluate_run
+from rank4jax.training.eval_run import evaluate_run, report_stem
 from rank4jax.training.evaluation import cloze_scores, make_scorers, other_contexts, rollout
 from rank4jax.training.loop import train
 from tests.conftest import REPO
@@ -156,8 +157,14 @@ def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path
     assert report["cloze_accuracy"] == np.mean(np.argmin(ce, axis=1) == labels)
     assert 0 <= report["cloze_accuracy_normalised"] <= 1 and report["cloze_contexts"] == 4
     # its own file name: the run's test report is not overwritten
-    assert os.path.basename(report["path"]) == f"cloze.all_step{report['step']}.json"
+    assert os.path.basename(report["path"]) == f"{report_stem(str(path))}.all_step{report['step']}.json"
+    assert report_stem(str(path)).startswith("cloze-") and len(report_stem(str(path))) == len("cloze-") + 8
     assert json.load(open(own["path"]))["split"] == "test" and own["path"] != report["path"]
+    other = tmp_path / "elsewhere" / "cloze.csv"  # the same name in another directory: its own report
+    other.parent.mkdir()
+    shutil.copy(path, other)
+    again = evaluate_run(str(tiny_run_copy), split="all", data_path=str(other), num_examples=0, rollout_steps=0)
+    assert again["path"] != report["path"] and os.path.isfile(report["path"])
     assert "rollout_mean_ce" not in report and "rollout_mean_ce" not in own  # --rollout_steps=0 skips it
 
 

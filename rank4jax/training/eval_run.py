@@ -5,11 +5,13 @@ file, for external test sets): window loss, LS(T) and token accuracy; Story Cloz
 scoring rules (``rank4jax.training.evaluation``) when the stories carry two candidate endings; a few
 decoded predictions Ŝ(T) beside the gold sentence; and multi-step rollout CE where the stories are
 long enough. Every part runs batched. Writes ``eval/<split>_step<N>.json`` (with ``--data=FILE``:
-``eval/<file name>.<split>_step<N>.json``, so the run's own reports are never overwritten).
+``eval/<file name>-<path hash>.<split>_step<N>.json``, so no report overwrites another: not the run's
+own, nor another file's of the same name).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import numbers
 import os
@@ -157,12 +159,20 @@ def _rollout_report(predict_and_score, params, stories, tokenizer, model_cfg, n_
     }
 
 
+def report_stem(data_path: str) -> str:
+    """``<first file's name>-<8 hex digits of every file's absolute path>``: two files of the same
+    name in different directories (or lists of files) get different reports."""
+    paths = [os.path.abspath(p.strip()) for p in data_path.split(",") if p.strip()]
+    digest = hashlib.sha256("\n".join(paths).encode()).hexdigest()[:8]
+    return f"{os.path.splitext(os.path.basename(paths[0]))[0]}-{digest}"
+
+
 def _write(workdir: str, report: dict, data_path: str | None = None) -> dict:
     out_dir = os.path.join(workdir, "eval")
     os.makedirs(out_dir, exist_ok=True)
     name = f"{report['split']}_step{report['step']}.json"
-    if data_path:  # another file's split: never overwrite the run's own reports
-        name = f"{os.path.splitext(os.path.basename(data_path.split(',')[0].strip()))[0]}.{name}"
+    if data_path:  # another file's split: never overwrite the run's own reports, nor another file's
+        name = f"{report_stem(data_path)}.{name}"
     path = os.path.join(out_dir, name)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
