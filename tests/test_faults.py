@@ -131,6 +131,13 @@ def _params(workdir, step):
     return restore_params_numpy(str(workdir), step)[0]
 
 
+def restore_state_numpy(workdir, step):
+    """The whole train state of a checkpoint (with its own optimiser structure)."""
+    with checkpointing.RunCheckpoints(str(workdir), read_only=True) as ckpt:
+        run = checkpointing.describe_run(ckpt, step)
+        return ckpt.restore_state(step, run.abstract_state)
+
+
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_copy, capsys):
     """Seven kinds of damage to the newest checkpoint (6): evaluation of 'latest' and 'best' warns,
@@ -207,3 +214,39 @@ def test_non_finite_values_are_damage_and_divergence_after_resume_blames_the_che
         loop._flush_train_metrics([metric, metric], 6, 0.0, 8, resumed_at=4)
     with pytest.raises(TrainingDivergedError, match="lower optim.learning_rate or set optim.grad_clip_norm"):
         loop._flush_train_metrics([metric, metric], 8, 0.0, 8, resumed_at=4)
+
+
+def test_optimiser_settings_may_change_on_resume(tiny_run_copy, capsys):
+    """Adding clipping and a warmup schedule on resume (what the divergence message advises): the
+    run continues from its checkpoint with Adam's moments and step carried over."""
+    saved = restore_state_numpy(tiny_run_copy, 6)
+    config = tiny_config(num_steps=8, **{"optim.grad_clip_norm": 1.0, "optim.warmup_steps": 3})
+    seen = {}
+    summary = train(
+        config, str(tiny_run_copy), hooks=[lambda step, state: seen.setdefault(step, jax.device_get(state.opt_state))]
+    )
+    assert summary["step"] == 8 and sorted(seen) == [7, 8]
+    err = capsys.readouterr().err
+    assert "optimiser settings changed on resume (grad_clip_norm: 0.0 → 1.0; warmup_steps: 0 → 3)" in err
+    clip, (adam, _, schedule) = seen[7]
+    assert int(adam.count) == 7 and int(schedule.count) == 7  # one step after the carried 6 (fresh: 1)
+    assert int(saved.opt_state[0].count) == 6 and any(np.any(x) for x in jax.tree_util.tree_leaves(saved.opt_state))
+    assert all(np.all(np.isfinite(np.asarray(n))) for n in jax.tree_util.tree_leaves(adam.mu))
+    # the carried values themselves: test_carry_optimizer_state_by_hand
+
+
+def test_carry_optimizer_state_by_hand():
+    from rank4jax.training.state import carry_optimizer_state, make_optimizer
+
+    params = {"w": jnp.ones(3)}
+    base = tiny_config().optim
+    old = make_optimizer(base).init(params)
+    old = jax.tree_util.tree_map(lambda x: x, old)
+    old_adam = old[0]._replace(count=jnp.asarray(5, jnp.int32), mu={"w": jnp.arange(3.0)}, nu={"w": jnp.full(3, 2.0)})
+    old = (old_adam, *old[1:])
+    changed = tiny_config(**{"optim.grad_clip_norm": 1.0, "optim.warmup_steps": 10}).optim
+    new = carry_optimizer_state(old, make_optimizer(changed).init(params), jnp.asarray(5))
+    _, (adam, _, schedule) = new
+    np.testing.assert_array_equal(adam.mu["w"], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(adam.nu["w"], [2.0, 2.0, 2.0])
+    assert int(adam.count) == 5 and int(schedule.count) == 5

@@ -37,7 +37,7 @@ from rank4jax.training.data_setup import prepare_data, validation_windows
 from rank4jax.training.evaluation import evaluate_windows
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
 from rank4jax.training.run_config import identity_differences, to_json_dict, validate
-from rank4jax.training.state import create_train_state, make_optimizer
+from rank4jax.training.state import carry_optimizer_state, create_train_state, make_optimizer
 from rank4jax.training.steps import CompiledStep, describe_memory, jit_eval_step, jit_train_step
 from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
 
@@ -70,13 +70,14 @@ class StopRequest:
 
 
 def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
-    """The tokenizer of an existing run, after checking its config matches; None for a new run.
+    """(tokenizer, saved config dict) of an existing run, after checking its config matches;
+    (None, None) for a new run.
 
     A damaged newest checkpoint falls back to the newest readable one (single process: the damaged
     ones are moved aside, ``checkpointing.first_readable``); a config mismatch is never damage."""
     steps = ckpt.all_steps()
     if not steps:
-        return None
+        return None, None
 
     def check(step):
         saved, tokenizer = ckpt.load_meta(step)
@@ -87,10 +88,18 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
                 f"{workdir} holds checkpoints of a different config: {diffs[0]}{more}. "
                 "Use a new --workdir, or the config that wrote these checkpoints; nothing was changed."
             )
-        return tokenizer
+        return tokenizer, saved
 
     single = jax.process_count() == 1
     return first_readable(ckpt, steps[::-1] if single else steps[-1:], check, set_aside=single)[1]
+
+
+def _optim_changes(saved: dict | None, config) -> list[str]:
+    """``optim`` fields that differ between a checkpoint's config and this run's."""
+    old, new = (saved or {}).get("optim") or {}, to_json_dict(config)["optim"]
+    if not old:
+        return []
+    return [f"{k}: {old.get(k)!r} → {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
 def _flush_train_metrics(pending: list, step: int, since: float, batch_size: int, resumed_at: int = 0) -> dict:
@@ -140,7 +149,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
     with contextlib.ExitStack() as stack:
         stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
         ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
-        tokenizer = _check_workdir(ckpt, config, workdir)
+        tokenizer, saved = _check_workdir(ckpt, config, workdir)
         data = prepare_data(config, tokenizer)
         tokenizer = data.tokenizer
         val_windows = validation_windows(data)
@@ -176,13 +185,28 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 state = state.replace(params=jax.device_put(params, state_sharding.params))
         else:  # the newest readable checkpoint (damaged ones are moved aside in a single process)
             single = jax.process_count() == 1
-            target = with_shardings(abstract, state_sharding)
+            changed_optim = _optim_changes(saved, config)
+            saved_abstract = abstract
+            if changed_optim:  # restore into the optimiser state the checkpoint was written with
+                old = functools.partial(init_fn, optimizer=make_optimizer(ml_collections.ConfigDict(saved["optim"])))
+                saved_abstract = jax.eval_shape(old, jax.random.key(config.seed))
+            target = with_shardings(saved_abstract, sharding.state_shardings(mesh, saved_abstract))
             latest, state = first_readable(
                 ckpt,
                 ckpt.all_steps()[::-1] if single else [latest],
                 lambda step: ckpt.restore_state(step, target, train_iter),
                 set_aside=single,
             )
+            if changed_optim:
+                fresh = jax.jit(optimizer.init, out_shardings=state_sharding.opt_state)(state.params)
+                opt_state = carry_optimizer_state(state.opt_state, fresh, state.step)
+                state = state.replace(opt_state=jax.device_put(opt_state, state_sharding.opt_state))
+                if jax.process_index() == 0:
+                    print(
+                        f"rank4jax: optimiser settings changed on resume ({'; '.join(changed_optim)}): "
+                        "Adam moments and step carried over",
+                        file=sys.stderr,
+                    )
         n_params = family.count_params(model_cfg)
         train_step = CompiledStep(
             jit_train_step(

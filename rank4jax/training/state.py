@@ -54,3 +54,25 @@ def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer
         opt_state=optimizer.init(params),
         rng=jax.random.key_data(dropout_key),
     )
+
+
+def _of_type(tree, cls) -> list:
+    return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, cls)) if isinstance(x, cls)]
+
+
+def carry_optimizer_state(old_opt_state, new_opt_state, step: jax.Array):
+    """The new optimiser's state with what the old one had learnt: Adam's moments and count are
+    carried over, a schedule's count is set to ``step`` (so a new warmup schedule is at the right
+    point), clipping and weight decay hold no state. For resuming with changed ``optim`` settings."""
+    (adam,) = _of_type(old_opt_state, optax.ScaleByAdamState)
+
+    def carry(x):
+        if isinstance(x, optax.ScaleByAdamState):
+            return adam
+        if isinstance(x, optax.ScaleByScheduleState):
+            # a copy: sharing the step's buffer would donate one buffer twice in the train step
+            return optax.ScaleByScheduleState(count=jnp.array(step, x.count.dtype, copy=True))
+        return x
+
+    is_state = lambda x: isinstance(x, (optax.ScaleByAdamState, optax.ScaleByScheduleState))  # noqa: E731
+    return jax.tree_util.tree_map(carry, new_opt_state, is_leaf=is_state)
