@@ -250,3 +250,50 @@ def test_carry_optimizer_state_by_hand():
     np.testing.assert_array_equal(adam.mu["w"], [0.0, 1.0, 2.0])
     np.testing.assert_array_equal(adam.nu["w"], [2.0, 2.0, 2.0])
     assert int(adam.count) == 5 and int(schedule.count) == 5
+
+
+ROC_HEADER = "storyid,storytitle,sentence1,sentence2,sentence3,sentence4,sentence5\r\n"
+ROC_ROW = "s{i},Title,Anna went to the café.,She ordered tea.,It was hot.,She waited.,Then she drank it.\r\n"
+
+
+def _roc_text(rows=3):
+    return ROC_HEADER + "".join(ROC_ROW.format(i=i) for i in range(rows))
+
+
+@pytest.mark.parametrize(
+    "encoding", ["utf-8", "utf-8-sig", "cp1252", "utf-16"], ids=["utf8", "utf8_bom", "windows1252", "utf16_bom"]
+)
+def test_csv_files_as_spreadsheets_write_them_are_read(encoding, tmp_path, capsys):
+    from rank4jax.data.readers import read_stories
+
+    path = tmp_path / "stories.csv"
+    path.write_bytes(_roc_text().encode(encoding))
+    stories = read_stories(str(path))
+    assert [s.story_id for s in stories] == ["s0", "s1", "s2"]
+    assert stories[0].sentences[0] == "Anna went to the café." and stories[0].sentences[4] == "Then she drank it."
+    err = capsys.readouterr().err
+    assert ("read as Windows-1252 (detected)" in err) == (encoding == "cp1252")
+
+
+BAD_FILES = {
+    "json.json": (b'[{"story": "Anna went out."}]', "looks like JSON (detected from its name)"),
+    "json.txt": (b'{"story": "Anna went out."}\n', "looks like JSON (detected from its first character)"),
+    "sheet.csv": (b"PK\x03\x04" + bytes(200), "not a text file (detected: a zip archive (an .xlsx/.ods spreadsheet"),
+    "data.bin": (b"Anna went out.\nShe came back.\n\x00\x01\x02" + bytes(range(256)) * 60, "a NUL byte on line 3"),
+    "stories.gz": (b"\x1f\x8b\x08" + bytes(100), "gzip-compressed: decompress it first"),
+    "mixed.txt": (b"Anna went out.\nShe \x81came back.\n", "line 2: neither UTF-8 nor Windows-1252 text (byte 0x81)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_files_that_are_not_stories_are_one_short_line(name, tmp_path):
+    from rank4jax.data.readers import read_stories
+    from rank4jax.errors import DataError
+
+    content, message = BAD_FILES[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError) as caught:
+        read_stories(str(path))
+    text = str(caught.value)
+    assert text.startswith(f"{path}: ") and message in text and len(text) < 300 and "\n" not in text, text

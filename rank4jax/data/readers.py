@@ -6,11 +6,14 @@ the file and row.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import hashlib
+import io
 import os
 import re
+import sys
 
 from rank4jax.errors import DataError
 
@@ -59,18 +62,77 @@ def _check_file(path: str) -> None:
         raise DataError(f"data path is not a file: {path}")
 
 
-def _read_csv(path: str, required: tuple[str, ...], kind: str) -> list[tuple[int, dict]]:
+_MAGIC = {  # file signatures of formats people pass by mistake
+    b"PK\x03\x04": "a zip archive (an .xlsx/.ods spreadsheet is one): export it as CSV",
+    b"\x1f\x8b": "gzip-compressed: decompress it first",
+    b"BZh": "bzip2-compressed: decompress it first",
+    b"\xfd7zXZ": "xz-compressed: decompress it first",
+    b"%PDF": "a PDF document",
+    b"\xd0\xcf\x11\xe0": "a legacy Office document (.xls/.doc): export it as CSV",
+}
+
+
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def read_text_file(path: str) -> str:
+    """The file's text, decoded as its writer most likely meant it: UTF-8 (with or without the BOM
+    spreadsheet programs write), UTF-16 with a BOM, or else Windows-1252 (spreadsheets' plain "CSV"
+    on Windows; a warning says so). Binary files, archives and JSON are refused in one line that
+    names the file, the detected format and, for undecodable text, the line."""
     _check_file(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    for magic, what in _MAGIC.items():
+        if data.startswith(magic):
+            raise DataError(f"{path}: not a text file (detected: {what})")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{path}: UTF-16 text (from its byte-order mark) that does not decode: {e.reason}"
+            ) from None
+    elif b"\x00" in data[:65536]:
+        nul = data.index(b"\x00")
+        raise DataError(f"{path}: not a text file (detected: binary data, a NUL byte on line {_line_of(data, nul)})")
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as utf8_error:
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                line = _line_of(data, utf8_error.start)
+                raise DataError(
+                    f"{path}: line {line}: neither UTF-8 nor Windows-1252 text (byte 0x{data[utf8_error.start]:02x}); "
+                    "save it as UTF-8"
+                ) from None
+            line = _line_of(data, utf8_error.start)
+            print(
+                f"rank4jax: warning: {path} is not UTF-8 (line {line}); read as Windows-1252 (detected)",
+                file=sys.stderr,
+            )
+    by_name = path.lower().endswith((".json", ".jsonl", ".ndjson"))
+    if by_name or text.lstrip()[:1] in ("{", "["):
+        raise DataError(
+            f"{path}: looks like JSON (detected from its {'name' if by_name else 'first character'}); "
+            "expected a ROCStories / Story Cloze CSV or plain text with one story per paragraph"
+        )
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _read_csv(path: str, required: tuple[str, ...], kind: str) -> list[tuple[int, dict]]:
+    text = read_text_file(path)
     try:
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise DataError(f"{path}: not a {kind} CSV: missing column(s) {', '.join(missing)}")
-            return [(row_number, row) for row_number, row in enumerate(reader, start=2)]
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = [h.strip() for h in reader.fieldnames or []]
+        reader.fieldnames = header
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise DataError(f"{path}: not a {kind} CSV: missing column(s) {', '.join(missing)}")
+        return [(row_number, row) for row_number, row in enumerate(reader, start=2)]
     except csv.Error as e:
         raise DataError(f"{path}: malformed CSV: {e}") from None
 
@@ -115,12 +177,7 @@ def read_storycloze_csv(path: str) -> list[Story]:
 def read_text(path: str) -> list[Story]:
     """Plain text: stories separated by blank lines, or (with no blank lines) one story per line;
     each story is split into sentences."""
-    _check_file(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    text = read_text_file(path)
     if _BLANK_LINE.search(text.strip()):
         paragraphs = [" ".join(block.split()) for block in _BLANK_LINE.split(text) if block.strip()]
     else:
@@ -137,8 +194,15 @@ def detect_format(path: str) -> str:
     _check_file(path)
     if not path.lower().endswith(".csv"):
         return "text"
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        header = next(csv.reader(f), [])
+    with open(path, "rb") as f:
+        first = f.read(65536)
+    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        first_line = first.decode("utf-16", errors="replace").splitlines()[:1]
+    else:
+        first_line = first.decode("utf-8-sig", errors="replace").splitlines()[:1]
+    header = [h.strip() for h in next(csv.reader(first_line), [])]
+    if not header or not all(h.isprintable() for h in header):  # binary data: let the reader say what it is
+        read_text_file(path)
     if all(c in header for c in CLOZE_INPUTS):
         return "storycloze"
     if all(c in header for c in ROCSTORIES_COLUMNS):
