@@ -297,3 +297,30 @@ def test_files_that_are_not_stories_are_one_short_line(name, tmp_path):
         read_stories(str(path))
     text = str(caught.value)
     assert text.startswith(f"{path}: ") and message in text and len(text) < 300 and "\n" not in text, text
+
+
+def test_degenerate_data_is_counted_warned_about_or_refused(tmp_path, capsys):
+    """A vocabulary of only the special tokens is an error; cut sentences, unknown tokens and
+    duplicate story ids are counted in the data summary and warned about when large."""
+    from rank4jax.errors import DataError
+    from rank4jax.training.data_setup import prepare_data, prepare_split
+
+    with pytest.raises(DataError, match=r"has 0 token\(s\) besides PAD/UNK/BOS/EOS .*lower tokenizer.min_count"):
+        prepare_data(tiny_config(**{"tokenizer.min_count": 10**6}))
+    rows = [ROC_ROW.format(i=i % 30) for i in range(40)]  # 40 stories, 10 repeat an id
+    rows += [f"u{i},T,Zyx{i} qwv{i} went.,Kjh{i} sat.,Pqr{i} ran.,Wvu{i} hid.,Mno{i} slept.\r\n" for i in range(10)]
+    path = tmp_path / "roc.csv"
+    path.write_text(ROC_HEADER + "".join(rows), encoding="utf-8")
+    config = tiny_config(**{"data.source": "file", "data.path": str(path), "model.n_tokens": 4})
+    data = prepare_data(config)
+    summary = data.summary()
+    err = capsys.readouterr().err
+    assert summary["duplicate_ids"] == 10 and "10 of 50 stories repeat an earlier story's id" in err
+    # "Anna went to the café ." (6 tokens) and "Then she drank it ." (5) are cut to 4, in 40 stories
+    assert summary["truncated_sentences"] == 80 and summary["truncated_fraction"] == round(80 / 250, 4)
+    assert "80 of 250 sentences (32%) are longer than model.n_tokens=4 tokens and are cut" in err
+    unknown = tmp_path / "unknown.txt"  # evaluation text made of words the vocabulary never saw
+    unknown.write_text("Blorp zanged quix. Frel mop dax. Vin tor lek. Sar pim ox. Gup lat wex.\n", encoding="utf-8")
+    held_out = prepare_split(config, data.tokenizer, "all", path=str(unknown))[1]
+    assert held_out.unk_rate == 15 / 20  # the 15 words are UNK, the 5 full stops are known
+    assert f"{unknown}: 75% of the all tokens are unknown to the vocabulary (UNK)" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rank4jax.data.readers import Story
-from rank4jax.data.tokenizers import PAD_ID, Tokenizer
+from rank4jax.data.tokenizers import PAD_ID, UNK_ID, Tokenizer
 from rank4jax.errors import DataError
 
 SPLITS = ("train", "validation", "test")
@@ -26,6 +26,14 @@ class WindowSet:
     windows: np.ndarray  # (W, T+1, N) int32
     story_index: np.ndarray  # (W,) index of the source story in the input list
     n_skipped: int  # stories with fewer than T+1 sentences
+    n_sentences: int = 0  # sentences of the stories that gave windows
+    n_truncated: int = 0  # of those, sentences longer than N tokens (cut to N)
+
+    @property
+    def unk_rate(self) -> float:
+        """Fraction of the windows' real (non-PAD) tokens that are UNK (0 for no tokens)."""
+        real = int(np.count_nonzero(self.windows != PAD_ID))
+        return int(np.count_nonzero(self.windows == UNK_ID)) / real if real else 0.0
 
     def __len__(self) -> int:
         return len(self.windows)
@@ -46,12 +54,17 @@ def encode_story(tokenizer: Tokenizer, sentences: Sequence[str], n_tokens: int) 
 
 def make_windows(stories: Sequence[Story], tokenizer: Tokenizer, n_tokens: int, n_slices: int) -> WindowSet:
     """All windows of T+1 consecutive states of every story long enough."""
-    windows, index, skipped = [], [], 0
+    windows, index, skipped, sentences, truncated = [], [], 0, 0, 0
     for i, story in enumerate(stories):
         if len(story.sentences) < n_slices + 1:
             skipped += 1
             continue
-        states = encode_story(tokenizer, story.sentences, n_tokens)
+        ids = [tokenizer.encode(sentence) for sentence in story.sentences]
+        sentences += len(ids)
+        truncated += sum(len(x) > n_tokens for x in ids)
+        states = np.full((len(ids), n_tokens), PAD_ID, np.int32)
+        for row, x in zip(states, ids, strict=True):
+            row[: min(len(x), n_tokens)] = x[:n_tokens]
         for start in range(len(states) - n_slices):
             windows.append(states[start : start + n_slices + 1])
             index.append(i)
@@ -59,7 +72,7 @@ def make_windows(stories: Sequence[Story], tokenizer: Tokenizer, n_tokens: int, 
         array = np.stack(windows).astype(np.int32)
     else:
         array = np.zeros((0, n_slices + 1, n_tokens), np.int32)
-    return WindowSet(array, np.asarray(index, dtype=np.int64), skipped)
+    return WindowSet(array, np.asarray(index, dtype=np.int64), skipped, sentences, truncated)
 
 
 def cloze_windows(stories: Sequence[Story], tokenizer: Tokenizer, n_tokens: int, n_slices: int):

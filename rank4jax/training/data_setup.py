@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import sys
 
 import ml_collections
 import numpy as np
@@ -19,14 +21,49 @@ class RunData:
     windows: dict[str, windows.WindowSet]  # split → windows (W, T+1, N)
     source: str
 
+    duplicate_ids: int = 0  # stories whose id an earlier story already had
+
     def summary(self) -> dict:
+        sentences = sum(w.n_sentences for w in self.windows.values())
         return {
             "source": self.source,
             "vocab_size": self.tokenizer.vocab_size,
             **{f"{s}_stories": len(v) for s, v in self.stories.items()},
             **{f"{s}_windows": len(w) for s, w in self.windows.items()},
             "skipped_stories": sum(w.n_skipped for w in self.windows.values()),
+            "duplicate_ids": self.duplicate_ids,
+            "truncated_sentences": sum(w.n_truncated for w in self.windows.values()),
+            "truncated_fraction": round(sum(w.n_truncated for w in self.windows.values()) / max(sentences, 1), 4),
+            **{f"unk_rate_{s}": round(w.unk_rate, 4) for s, w in self.windows.items()},
         }
+
+
+MIN_REAL_TOKENS = 5  # a vocabulary with fewer real tokens (besides PAD/UNK/BOS/EOS) cannot be learnt from
+WARN_TRUNCATED = 0.05  # warn when more than this fraction of sentences are cut to N tokens
+WARN_UNK = 0.10  # warn when more than this fraction of a split's tokens are UNK
+
+
+def _warn(message: str) -> None:
+    print(f"rank4jax: warning: {message}", file=sys.stderr)
+
+
+def data_warnings(source: str, made: dict, n_tokens: int, duplicates: int = 0, n_stories: int = 0) -> None:
+    """Warnings (stderr) for data that is valid but degenerate: many sentences cut to N tokens, many
+    unknown tokens, duplicate story ids."""
+    sentences = sum(w.n_sentences for w in made.values())
+    truncated = sum(w.n_truncated for w in made.values())
+    if sentences and truncated / sentences > WARN_TRUNCATED:
+        _warn(
+            f"{source}: {truncated:,} of {sentences:,} sentences ({truncated / sentences:.0%}) are longer than "
+            f"model.n_tokens={n_tokens} tokens and are cut; raise model.n_tokens"
+        )
+    for name, ws in made.items():
+        if len(ws) and ws.unk_rate > WARN_UNK:
+            _warn(f"{source}: {ws.unk_rate:.0%} of the {name} tokens are unknown to the vocabulary (UNK)")
+    if duplicates:
+        _warn(
+            f"{source}: {duplicates:,} of {n_stories:,} stories repeat an earlier story's id (kept; they share a split)"
+        )
 
 
 def load_stories(config: ml_collections.ConfigDict, path: str | None = None) -> tuple[list[readers.Story], str]:
@@ -53,6 +90,12 @@ def prepare_data(
         pool = stories if config.tokenizer.build_on == "all" else split["train"]
         texts = [s for story in pool for s in story.sentences]
         tokenizer = tokenizers.build_tokenizer(config.tokenizer.kind, texts, **tokenizer_options(config))
+        real = tokenizer.vocab_size - len(tokenizers.SPECIAL_TOKENS)
+        if real < MIN_REAL_TOKENS:
+            raise DataError(
+                f"{source}: the vocabulary built from {len(texts):,} training sentences has {real} token(s) besides "
+                f"PAD/UNK/BOS/EOS (at least {MIN_REAL_TOKENS} needed); lower tokenizer.min_count or use more data"
+            )
     n, t = config.model.n_tokens, config.model.n_slices
     made = {name: windows.make_windows(split[name], tokenizer, n, t) for name in windows.SPLITS}
     if not len(made["train"]):
@@ -63,7 +106,9 @@ def prepare_data(
         )
     for name, ws in made.items():
         windows.check_token_ids(ws.windows, tokenizer.vocab_size, f"{source} ({name} windows)")
-    return RunData(tokenizer, split, made, source)
+    duplicates = sum(count - 1 for count in collections.Counter(s.story_id for s in stories).values())
+    data_warnings(source, made, n, duplicates, len(stories))
+    return RunData(tokenizer, split, made, source, duplicates)
 
 
 def prepare_split(
@@ -77,6 +122,7 @@ def prepare_split(
         stories = windows.split_stories(stories, tuple(config.data.split), config.data.split_salt)[split]
     made = windows.make_windows(stories, tokenizer, config.model.n_tokens, config.model.n_slices)
     windows.check_token_ids(made.windows, tokenizer.vocab_size, f"{source} ({split} windows)")
+    data_warnings(source, {split: made}, config.model.n_tokens)
     return stories, made, source
 
 

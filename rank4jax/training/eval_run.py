@@ -89,6 +89,8 @@ def evaluate_run(
         "stories": len(stories),
         "windows": int(len(windows)),
         "skipped_stories": window_set.n_skipped,
+        "truncated_sentences": window_set.n_truncated,  # cut to N tokens
+        "unk_rate": round(window_set.unk_rate, 4),  # of the windows' real tokens
         "selection_loss": family.selection_loss,  # what "window_ce" measures for this family
     }
     if not len(windows):
