@@ -324,3 +324,22 @@ def test_degenerate_data_is_counted_warned_about_or_refused(tmp_path, capsys):
     held_out = prepare_split(config, data.tokenizer, "all", path=str(unknown))[1]
     assert held_out.unk_rate == 15 / 20  # the 15 words are UNK, the 5 full stops are known
     assert f"{unknown}: 75% of the all tokens are unknown to the vocabulary (UNK)" in capsys.readouterr().err
+
+
+def test_changed_data_contents_are_refused_on_resume(tmp_path):
+    rows = [
+        f"s{i},T,Anna went to the shop {i}.,She bought tea.,It was hot.,She waited.,She drank it.\r\n"
+        for i in range(60)
+    ]
+    path = tmp_path / "roc.csv"
+    path.write_text(ROC_HEADER + "".join(rows), encoding="utf-8")
+    config = tiny_config(**{"data.source": "file", "data.path": str(path), "num_steps": 2})
+    workdir = str(tmp_path / "run")
+    train(config, workdir)
+    config.num_steps = 4
+    assert train(config, workdir)["step"] == 4  # the same contents: resumes
+    path.write_text(ROC_HEADER + "".join(rows[:-1]) + rows[-1].replace("tea", "coffee"), encoding="utf-8")
+    config.num_steps = 6
+    with pytest.raises(CheckpointError, match=f"the data at {path} has changed since these checkpoints were written"):
+        train(config, workdir)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]

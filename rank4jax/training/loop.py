@@ -36,7 +36,13 @@ from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, first_r
 from rank4jax.training.data_setup import prepare_data, validation_windows
 from rank4jax.training.evaluation import evaluate_windows
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
-from rank4jax.training.run_config import identity_differences, to_json_dict, validate
+from rank4jax.training.run_config import (
+    FINGERPRINT_KEY,
+    data_fingerprint,
+    identity_differences,
+    to_json_dict,
+    validate,
+)
 from rank4jax.training.state import carry_optimizer_state, create_train_state, make_optimizer
 from rank4jax.training.steps import CompiledStep, describe_memory, jit_eval_step, jit_train_step
 from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
@@ -79,9 +85,17 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
     if not steps:
         return None, None
 
+    fingerprint = data_fingerprint(config)
+
     def check(step):
         saved, tokenizer = ckpt.load_meta(step)
         diffs = identity_differences(saved, config)
+        old = saved.get(FINGERPRINT_KEY)
+        if not diffs and old and fingerprint and old != fingerprint:
+            diffs = [
+                f"the data at {config.data.path} has changed since these checkpoints were written "
+                f"(SHA-256 {old[:12]}… then, {fingerprint[:12]}… now)"
+            ]
         if diffs:
             more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
             raise CheckpointError(
@@ -218,7 +232,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         is_main = jax.process_index() == 0
         log = print if is_main else (lambda *a, **k: None)
         writer = stack.enter_context(MetricsWriter(workdir, enabled=is_main))
-        saved_config = to_json_dict(config)
+        saved_config = to_json_dict(config) | {FINGERPRINT_KEY: data_fingerprint(config)}
         start = int(jax.device_get(state.step))
         if start == 0:
             log(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")

@@ -5,6 +5,7 @@ Every bad value raises :class:`ConfigError` naming the field; nothing is written
 
 from __future__ import annotations
 
+import hashlib
 import json
 import numbers
 
@@ -117,7 +118,29 @@ def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list
     return diffs
 
 
+FINGERPRINT_KEY = "data_fingerprint"  # beside the sections of a saved config: the data's contents
+
+
+def data_fingerprint(config: ml_collections.ConfigDict) -> str | None:
+    """SHA-256 of the bytes of every data file (``data.path``, comma-separated), so a resumed run can
+    tell the same path with other contents; None for the built-in corpus (its config is its identity)
+    or a file that cannot be read (the data reader reports that)."""
+    if config.data.source == "builtin":
+        return None
+    digest = hashlib.sha256()
+    for path in (p.strip() for p in config.data.path.split(",") if p.strip()):
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError:
+            return None
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def from_json_dict(saved: dict) -> ml_collections.ConfigDict:
+    saved = {k: v for k, v in saved.items() if k != FINGERPRINT_KEY}
     config = ml_collections.ConfigDict(saved)
     config.data.split = tuple(config.data.split)
     return config
