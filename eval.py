@@ -7,13 +7,26 @@ python eval.py --workdir=runs/default --split=test [--step=best|latest|N] [--dat
 both scoring rules. ``--rollout_steps=0`` skips the rollout.
 """
 
-import json
+import os
+import signal
+import sys
 
-from absl import app, flags, logging
 
-from rank4jax.cli import parse_flags, run_reporting_user_errors
-from rank4jax.training.eval_run import evaluate_run
-from rank4jax.training.metrics import plot_curves
+def _stop_while_starting(signum, frame):  # Ctrl-C while the libraries import: one line, no traceback
+    os.write(2, f"stopped: {signal.Signals(signum).name} while starting; nothing was read or written\n".encode())
+    os._exit(128 + signum)
+
+
+signal.signal(signal.SIGINT, _stop_while_starting)
+signal.signal(signal.SIGTERM, _stop_while_starting)
+
+import json  # noqa: E402
+
+from absl import app, flags, logging  # noqa: E402
+
+from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals  # noqa: E402
+from rank4jax.training.eval_run import evaluate_run  # noqa: E402
+from rank4jax.training.metrics import plot_curves  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
 _SPLIT = flags.DEFINE_enum(
@@ -30,9 +43,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)  # orbax warns on every read-only open
-    report = run_reporting_user_errors(
-        evaluate_run, _WORKDIR.value, _SPLIT.value, _STEP.value, _DATA.value, _EXAMPLES.value, _ROLLOUT.value
-    )
+    with stop_on_signals("evaluation"):  # Ctrl-C: one line and status 130, never swallowed
+        report = run_reporting_user_errors(
+            evaluate_run, _WORKDIR.value, _SPLIT.value, _STEP.value, _DATA.value, _EXAMPLES.value, _ROLLOUT.value
+        )
     headline = {
         k: report[k]
         for k in ("step", "split", "windows", "window_ce", "last_slice_ce", "token_accuracy")
@@ -46,8 +60,14 @@ def main(argv):
         print(f"  gold:      {ex['gold']}\n  predicted: {ex['predicted']}")
     if "rollout_mean_ce" in report:
         print(f"rollout mean CE per step: {report['rollout_mean_ce']}")
+    if report.get("write_error"):  # the figures above are all there is: say so, status 1
+        print(f"error: {report['write_error']}; the figures above were not saved", file=sys.stderr)
+        sys.exit(1)
     print(f"wrote {report['path']}")
-    plot_curves(_WORKDIR.value)
+    try:
+        plot_curves(_WORKDIR.value)
+    except OSError as e:
+        print(f"rank4jax: warning: cannot write the curves plot: {e.strerror or e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

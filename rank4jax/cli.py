@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import traceback
 
-from rank4jax.errors import StageInterrupted, UserError
+from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError
 
 
 def run_reporting_user_errors(fn, *args, **kwargs):
@@ -115,3 +116,39 @@ def config_value(holder):
     if "model_family" not in config:
         raise ConfigError("the config file's ConfigDict has no model_family (start from configs/default.py)")
     return config
+
+
+@contextlib.contextmanager
+def stop_on_signals(what: str):
+    """SIGINT/SIGTERM during a command that has nothing to save (evaluation): one line on stderr and
+    exit status 130/143, no traceback. The signal is recorded before it interrupts, so an interrupt
+    that a library catches and swallows (or that lands in a gc callback, where Python only reports
+    it) still stops the command when the block ends."""
+    received = []
+
+    def handler(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    def unraisable(info):  # the interrupt landed in a callback (a gc hook): recorded above, not printed
+        if not issubclass(info.exc_type, KeyboardInterrupt):
+            previous_unraisable(info)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous_unraisable, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    except KeyboardInterrupt:
+        received.append(signal.SIGINT)  # a Ctrl-C that arrived before the handler (or from elsewhere)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        sys.unraisablehook = previous_unraisable
+    if received:
+        name = signal.Signals(received[0]).name
+        print(f"stopped: {name} during {what}; no report was written after it", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # os._exit, not sys.exit: the libraries' worker threads (XLA, tensorstore) may still be
+        # running, and interpreter shutdown under them can crash; there is nothing left to save
+        os._exit(SIGNAL_STATUS[name])

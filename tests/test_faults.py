@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -343,3 +344,59 @@ def test_changed_data_contents_are_refused_on_resume(tmp_path):
     with pytest.raises(CheckpointError, match=f"the data at {path} has changed since these checkpoints were written"):
         train(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+
+
+def test_a_full_disk_is_one_error_and_the_saved_checkpoints_stay(tmp_path, monkeypatch):
+    import errno
+
+    import orbax.checkpoint as ocp
+
+    real = ocp.CheckpointManager.save
+
+    def full_at_4(self, step, *args, **kwargs):
+        if step == 4:
+            raise RuntimeError("save failed") from OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full_at_4)
+    workdir = str(tmp_path / "run")
+    with pytest.raises(WorkdirError) as caught:
+        train(tiny_config(), workdir)
+    assert str(caught.value) == (
+        f"cannot save checkpoint 4 in {workdir}: No space left on device; the checkpoints already saved (2) are intact"
+    )
+    monkeypatch.undo()  # space again: the run resumes from step 2 and finishes
+    assert train(tiny_config(), workdir)["step"] == 6
+
+
+def _cli(*args, **kwargs):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, **kwargs)
+
+
+def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
+    (tiny_run_copy / "eval").write_text("a file where the reports directory would go")
+    out = _cli("eval.py", f"--workdir={tiny_run_copy}", "--split=validation", "--rollout_steps=0", timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert json.loads(out.stdout[: out.stdout.index("}") + 1])["window_ce"] > 0  # the figures are printed
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: cannot write the report {tiny_run_copy}/eval/")
+    assert out.stderr.strip().endswith("the figures above were not saved")
+
+
+def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
+    """SIGINT at several moments of ``eval.py`` (importing, loading, evaluating): status 130 and one
+    line, or, if the evaluation already finished, its normal output; never a traceback."""
+    stopped = 0
+    for delay in (1.0, 4.0, 7.0):
+        proc = _start(["eval.py", f"--workdir={tiny_run_copy}", "--split=validation"])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert "Traceback" not in err, err[-3000:]
+        if proc.returncode == 130:
+            stopped += 1
+            lines = [line for line in err.strip().splitlines() if "warning:" not in line]  # the data's own
+            assert len(lines) == 1 and lines[0].startswith("stopped: SIGINT "), err
+        else:
+            assert proc.returncode == 0 and "wrote " in out
+    assert stopped >= 2

@@ -29,7 +29,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from rank4jax.data.tokenizers import tokenizer_from_dict
-from rank4jax.errors import CheckpointError
+from rank4jax.errors import CheckpointError, WorkdirError
 
 BEST_METRIC = "val_window_ce"
 CHECKPOINT_DIR = "checkpoints"
@@ -43,6 +43,29 @@ class CheckpointDamaged(CheckpointError):
         self.step = step
         self.reason = error if isinstance(error, str) else _reason(error)
         super().__init__(f"checkpoint {step} in {workdir} is damaged and cannot be read ({self.reason})")
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError behind a library exception (its cause/context chain), if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def storage_error(error: BaseException, workdir: str, step, saved) -> BaseException:
+    """A failed save as one WorkdirError naming the cause (no space, read-only, permission), or the
+    exception itself when it is not a storage problem (a bug keeps its traceback)."""
+    os_error = _os_error(error)
+    text = str(error)
+    if os_error is None and not any(m in text for m in ("No space left", "Read-only file system", "Permission denied")):
+        return error
+    cause = os_error.strerror if os_error is not None else _reason(error)
+    kept = f"the checkpoints already saved ({', '.join(map(str, saved))}) are intact" if saved else "nothing was saved"
+    return WorkdirError(f"cannot save checkpoint {step} in {workdir}: {cause}; {kept}")
 
 
 def _reason(error: BaseException) -> str:
@@ -140,7 +163,17 @@ class RunCheckpoints:
             config=ocp.args.JsonSave(config),
             tokenizer=ocp.args.JsonSave(tokenizer.to_dict()),
         )
-        self.manager.save(step, args=args, metrics=metrics, force=True)
+        try:
+            self.manager.save(step, args=args, metrics=metrics, force=True)
+        except Exception as e:  # noqa: BLE001 -- a full or read-only disk: one line (storage_error)
+            raise storage_error(e, self.workdir, step, self.all_steps()) from None
+
+    def wait_until_finished(self) -> None:
+        """Block until the asynchronous saves are on disk (their storage errors surface here)."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            raise storage_error(e, self.workdir, self.latest_step(), self.all_steps()) from None
 
     def load_meta(self, step: int):
         """(saved run config dict, tokenizer) of a checkpoint."""

@@ -171,12 +171,17 @@ def report_stem(data_path: str) -> str:
 
 def _write(workdir: str, report: dict, data_path: str | None = None) -> dict:
     out_dir = os.path.join(workdir, "eval")
-    os.makedirs(out_dir, exist_ok=True)
     name = f"{report['split']}_step{report['step']}.json"
     if data_path:  # another file's split: never overwrite the run's own reports, nor another file's
         name = f"{report_stem(data_path)}.{name}"
     path = os.path.join(out_dir, name)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+    except OSError as e:  # a read-only or full disk: the figures are still returned (and printed)
+        report["path"] = None
+        report["write_error"] = f"cannot write the report {path}: {e.strerror or e}"
+        return report
     report["path"] = path
     return report

@@ -301,7 +301,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                     break
                 if checkpoint_now:
                     ckpt.save(step, state, train_iter, saved_config, tokenizer, {BEST_METRIC: last_val["window_ce"]})
-            ckpt.manager.wait_until_finished()  # a second signal while this runs is only noted
+            ckpt.wait_until_finished()  # a second signal while this runs is only noted
         final_step = int(jax.device_get(state.step))
         best = ckpt.best_step()
         if jax.process_count() > 1:  # every process holds the same replicated parameters
