@@ -400,3 +400,13 @@ def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
         else:
             assert proc.returncode == 0 and "wrote " in out
     assert stopped >= 2
+
+
+def test_a_model_too_large_for_memory_is_refused_before_allocating(tmp_path):
+    from rank4jax.errors import ConfigError
+
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"the model has [0-9,]{17,} parameters: .* GiB per device, more than the"):
+        train(tiny_config(**{"model.dx": 100000, "model.dt": 8, "model.n_tokens": 16}), str(tmp_path / "run"))
+    assert time.perf_counter() - start < 60
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -180,6 +180,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
         abstract = jax.eval_shape(init_fn, jax.random.key(config.seed))
         state_sharding = sharding.state_shardings(mesh, abstract)  # created directly sharded
+        sharding.check_state_fits(abstract, state_sharding, family.count_params(model_cfg))  # before allocating
         layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
         train_iter = iter(
             train_dataset(

@@ -15,6 +15,7 @@ Batches are assembled from each process's local rows with ``jax.make_array_from_
 from __future__ import annotations
 
 import hashlib
+import os
 
 import jax
 import numpy as np
@@ -94,6 +95,41 @@ def partition_spec(path, leaf) -> PartitionSpec:
 def state_shardings(mesh: jax.sharding.Mesh, abstract_state):
     """NamedShardings for every leaf of a (abstract) train state: heads / MLP width on ``model``."""
     return jax.tree_util.tree_map_with_path(lambda p, x: NamedSharding(mesh, partition_spec(p, x)), abstract_state)
+
+
+def device_memory_bytes(device) -> int | None:
+    """What one device can hold: the accelerator's memory limit, or the host's physical memory for
+    a CPU device (None when unknown)."""
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_state_fits(abstract_state, shardings, n_params: int) -> None:
+    """Refuse, before anything is allocated, a train state whose per-device share (parameters and
+    AdamW moments, plus the gradients: the parameters' size again) exceeds a device's memory;
+    otherwise such a model ends in a long swap or an allocation failure far into the run."""
+
+    def device_bytes(leaf, sharding):
+        return int(np.prod(sharding.shard_shape(leaf.shape))) * np.dtype(leaf.dtype).itemsize
+
+    state = sum(map(device_bytes, jax.tree_util.tree_leaves(abstract_state), jax.tree_util.tree_leaves(shardings)))
+    params = sum(
+        map(device_bytes, jax.tree_util.tree_leaves(abstract_state.params), jax.tree_util.tree_leaves(shardings.params))
+    )
+    needed = state + params
+    device = jax.devices()[0]
+    limit = device_memory_bytes(device)
+    if limit and needed > limit:
+        raise ConfigError(
+            f"the model has {n_params:,} parameters: its parameters, AdamW moments and gradients need "
+            f"{needed / 2**30:,.1f} GiB per device, more than the {limit / 2**30:,.1f} GiB a {device.platform} "
+            "device has here; make the model smaller (model.dx, dt, n_layers) or shard it (mesh.model)"
+        )
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
