@@ -410,3 +410,20 @@ def test_a_model_too_large_for_memory_is_refused_before_allocating(tmp_path):
         train(tiny_config(**{"model.dx": 100000, "model.dt": 8, "model.n_tokens": 16}), str(tmp_path / "run"))
     assert time.perf_counter() - start < 60
     assert not os.listdir(tmp_path / "run" / "checkpoints")  # nothing saved
+
+
+def test_read_only_workdir_is_one_error_before_any_work(tmp_path, monkeypatch):
+    """A read-only filesystem (simulated: the tests may run as root, for whom chmod does not bite)."""
+    import errno
+
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if str(path).endswith(workdir_lock.LOCK_FILE) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(workdir_lock.os, "open", read_only)
+    with pytest.raises(WorkdirError, match=r"cannot write to the workdir: .*\.lock: Read-only file system; nothing"):
+        train(tiny_config(), str(tmp_path / "run"))
+    assert os.listdir(tmp_path / "run") == []  # nothing read, nothing written
