@@ -123,9 +123,9 @@ DAMAGE = {
 }
 
 
-def _truncate(path):
+def _truncate(path):  # to 16 bytes: every array's data is cut (half a file may still hold the parameters)
     with open(path, "r+b") as f:
-        f.truncate(os.path.getsize(path) // 2)
+        f.truncate(min(16, os.path.getsize(path)))
 
 
 def _params(workdir, step):
@@ -153,10 +153,11 @@ def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_
         assert report["step"] == 4
         err = capsys.readouterr().err
         assert "Traceback" not in err and "match" not in err, err
-        if kind == "empty_step_dir" and not err:  # a read-only manager does not list an empty step at all
-            continue
+        if kind == "empty_step_dir" and "checkpoint 6" not in err:  # a read-only manager does not list an
+            continue  # empty step directory at all
         assert f"checkpoint 6 in {tiny_run_copy} is damaged and cannot be read" in err
-        assert len(err.strip().splitlines()) == 1, err
+        about_checkpoints = [line for line in err.strip().splitlines() if "are cut" not in line]  # not the data's
+        assert len(about_checkpoints) == 1, err
     assert sorted(p.name for p in step6.rglob("*")) == damaged_files and (kind == "empty_step_dir" or before)
     with pytest.raises(CheckpointError, match="checkpoint 6 .* is damaged|no checkpoint at step 6"):
         evaluate_run(str(tiny_run_copy), split="validation", step=6, num_examples=0, rollout_steps=0)

@@ -182,11 +182,14 @@ def test_rerun_after_completion_is_a_no_op(tiny_run_copy):
 
 
 def test_different_config_in_workdir_is_refused_and_nothing_changes(tiny_run_copy):
-    before = sorted((p, os.path.getmtime(p)) for p in map(str, tiny_run_copy.rglob("*")))
+    def files():  # every file and its mtime, but the lock (the refused run held it while it checked)
+        return sorted((p, os.path.getmtime(p)) for p in map(str, tiny_run_copy.rglob("*")) if not p.endswith("/.lock"))
+
+    before = files()
     with pytest.raises(CheckpointError, match=r"different config: model.dx: checkpoint has 4, this run has 8"):
         train(tiny_config(num_steps=8, **{"model.dx": 8}), str(tiny_run_copy))
-    after = sorted((p, os.path.getmtime(p)) for p in map(str, tiny_run_copy.rglob("*")))
-    assert before == after
+    assert files() == before
+    assert (tiny_run_copy / ".lock").read_text() == ""  # released, no holder left behind
 
 
 def test_divergence_stops_without_saving(tiny_run_copy):

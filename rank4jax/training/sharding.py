@@ -100,7 +100,10 @@ def state_shardings(mesh: jax.sharding.Mesh, abstract_state):
 def device_memory_bytes(device) -> int | None:
     """What one device can hold: the accelerator's memory limit, or the host's physical memory for
     a CPU device (None when unknown)."""
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 -- not offered by this backend / device
+        stats = None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
     try:
@@ -122,7 +125,7 @@ def check_state_fits(abstract_state, shardings, n_params: int) -> None:
         map(device_bytes, jax.tree_util.tree_leaves(abstract_state.params), jax.tree_util.tree_leaves(shardings.params))
     )
     needed = state + params
-    device = jax.devices()[0]
+    device = jax.local_devices()[0]  # this process's (another process's devices report nothing)
     limit = device_memory_bytes(device)
     if limit and needed > limit:
         raise ConfigError(
