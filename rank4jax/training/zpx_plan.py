@@ -105,7 +105,7 @@ def combine_seeds(results: list, seeds: list) -> dict:
                 "variant": variant,
                 "ls_per_seed": [float(x) for x in ls],
                 "ls_mean": float(ls.mean()),
-                "ls_half_range": float((ls.max() - ls.min()) / 2),
+                "ls_half_range": float((ls.max() - ls.min()) / 2) if len(ls) > 1 else None,
                 "params": runs[0]["params"],
                 "ms_per_step": float(np.median([r["ms_per_step"] for r in runs])),
                 "wall_s": float(np.mean([r["wall_s"] for r in runs])),
@@ -127,8 +127,9 @@ def seeds_table_markdown(rows: list, split: str, seeds: list) -> str:
     for r in rows:
         delta = r["ls_mean"] - standard.get(r["family"], float("nan"))
         values = " / ".join(f"{x:.3f}" for x in r["ls_per_seed"])
+        spread = f"± {r['ls_half_range']:.3f}" if r["ls_half_range"] is not None else "(one seed)"
         lines.append(
-            f"| {r['family']} | {r['variant']} | {r['ls_mean']:.3f} ± {r['ls_half_range']:.3f} | {delta:+.3f} | "
+            f"| {r['family']} | {r['variant']} | {r['ls_mean']:.3f} {spread} | {delta:+.3f} | "
             f"{values} | {r['params']:,} | {r['steps']} | {r['ms_per_step']:.0f} | {r['wall_s']:.0f} |"
         )
     return "\n".join(lines)
