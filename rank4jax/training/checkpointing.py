@@ -239,14 +239,8 @@ class RunCheckpoints:
 
 def _check_finite(workdir: str, step: int, tree) -> None:
     """NaN/inf in a restored tree (a flipped bit in an exponent) is damage, not divergence."""
-    finite = jax.jit(
-        lambda t: jnp.all(
-            jnp.stack(
-                [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(t) if jnp.issubdtype(x.dtype, jnp.inexact)]
-            )
-        )
-    )(tree)
-    if not bool(finite):
+    floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    if floats and not bool(jax.jit(lambda xs: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in xs])))(floats)):
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
 
 
