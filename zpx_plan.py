@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
 from rank4jax.errors import ConfigError
+from rank4jax.training.run_config import model_section
 from rank4jax.training.zpx_plan import run_plan, run_seeds
 
 with config_flag_errors():
@@ -38,7 +39,9 @@ def main(argv):
 
     def run():
         rank4, base = config_value(_RANK4), config_value(_BASELINE)
-        base.model_family = "baseline"
+        if base.model_family != "baseline":  # a rank-4 config file (the default): its sizes, the baseline's fields
+            base.model_family = "baseline"
+            base.model = model_section("baseline", base.model)
         for config in (rank4, base):
             if _STEPS.value > 0:
                 config.num_steps = _STEPS.value
