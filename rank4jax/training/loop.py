@@ -75,7 +75,7 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
-def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
+def _check_workdir(ckpt: RunCheckpoints, config, workdir: str, fingerprint: str | None):
     """(tokenizer, saved config dict) of an existing run, after checking its config matches;
     (None, None) for a new run.
 
@@ -84,8 +84,6 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str):
     steps = ckpt.all_steps()
     if not steps:
         return None, None
-
-    fingerprint = data_fingerprint(config)
 
     def check(step):
         saved, tokenizer = ckpt.load_meta(step)
@@ -163,7 +161,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
     with contextlib.ExitStack() as stack:
         stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
         ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
-        tokenizer, saved = _check_workdir(ckpt, config, workdir)
+        fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved
+        tokenizer, saved = _check_workdir(ckpt, config, workdir, fingerprint)
         data = prepare_data(config, tokenizer)
         tokenizer = data.tokenizer
         val_windows = validation_windows(data)
@@ -180,7 +179,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
         abstract = jax.eval_shape(init_fn, jax.random.key(config.seed))
         state_sharding = sharding.state_shardings(mesh, abstract)  # created directly sharded
-        sharding.check_state_fits(abstract, state_sharding, family.count_params(model_cfg))  # before allocating
+        n_params = family.count_params(model_cfg)
+        sharding.check_state_fits(abstract, state_sharding, n_params)  # before allocating
         layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
         train_iter = iter(
             train_dataset(
@@ -222,7 +222,6 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                         "Adam moments and step carried over",
                         file=sys.stderr,
                     )
-        n_params = family.count_params(model_cfg)
         train_step = CompiledStep(
             jit_train_step(
                 family, model_cfg, optimizer, state_sharding, batch_sharding, replicated, max_traces=layout.max_shapes
@@ -233,7 +232,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         is_main = jax.process_index() == 0
         log = print if is_main else (lambda *a, **k: None)
         writer = stack.enter_context(MetricsWriter(workdir, enabled=is_main))
-        saved_config = to_json_dict(config) | {FINGERPRINT_KEY: data_fingerprint(config)}
+        saved_config = to_json_dict(config) | {FINGERPRINT_KEY: fingerprint}
         start = int(jax.device_get(state.step))
         if start == 0:
             log(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")
