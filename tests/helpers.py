@@ -1,4 +1,8 @@
-"""Small run configs for fast end-to-end tests."""
+"""Small run configs for fast end-to-end tests; random parameters without compiling an init."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from configs import default, splm
 from rank4jax.training.run_config import model_section
@@ -36,3 +40,28 @@ def tiny_config(**overrides):
             node = node[p]
         node[leaf] = value
     return c
+
+
+def numpy_params(init_fn, cfg, dtype=np.float32, seed=0):
+    """Random parameters in the tree ``init_fn(key, cfg, dtype)`` returns, drawn with numpy: nothing to
+    compile (a jax.random init compiles one XLA program per shape, seconds each on CPU, and most of a
+    gradient test's time went there). At the init's scale with every path non-trivial: LayerNorm scales
+    1 + 0.1·N(0, 1), biases 0.1·N(0, 1), embeddings N(0, 1), other weights N(0, 1)/sqrt(fan_in) with the
+    fan-in the second-to-last axis."""
+    rng = np.random.default_rng(seed)
+    shapes = jax.eval_shape(lambda: init_fn(jax.random.key(0), cfg, dtype))
+
+    def draw(path, leaf):
+        name = jax.tree_util.keystr(path)
+        noise = rng.standard_normal(leaf.shape)
+        if name.endswith("['scale']"):
+            value = 1.0 + 0.1 * noise
+        elif "bias" in name or name.endswith(("['b1']", "['b2']")):
+            value = 0.1 * noise
+        elif "embed" in name or len(leaf.shape) < 2:
+            value = noise
+        else:
+            value = noise / np.sqrt(leaf.shape[-2])
+        return jnp.asarray(value.astype(leaf.dtype))
+
+    return jax.tree_util.tree_map_with_path(draw, shapes)

@@ -9,7 +9,7 @@ from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.loop import train
-from tests.helpers import tiny_config
+from tests.helpers import numpy_params, tiny_config
 
 
 def small_cfg(**kw):
@@ -67,14 +67,14 @@ def test_cached_decode_equals_full_recomputation():
 
 def test_free_running_never_sees_gold_target_tokens():
     cfg = small_cfg()
-    params = bl.init_params(jax.random.key(0), cfg)
+    params = numpy_params(bl.init_params, cfg)
     w = windows_with_padding()
     other = w.at[:, -1, :3].set(jnp.array([11, 12, 13]))  # different gold S(T), same length
-    free_a, free_b = bl.decode(params, w, cfg), bl.decode(params, other, cfg)
+    free_a, free_b = decode(params, w, cfg), decode(params, other, cfg)
     np.testing.assert_array_equal(np.asarray(free_a["logits"]), np.asarray(free_b["logits"]))
     np.testing.assert_array_equal(np.asarray(free_a["fed"]), np.argmax(np.asarray(free_a["logits"])[:, :-1], -1))
-    forced_a = bl.decode(params, w, cfg, teacher_forcing=True)
-    forced_b = bl.decode(params, other, cfg, teacher_forcing=True)
+    forced_a = decode(params, w, cfg, teacher_forcing=True)
+    forced_b = decode(params, other, cfg, teacher_forcing=True)
     assert not np.allclose(np.asarray(forced_a["logits"]), np.asarray(forced_b["logits"]))  # the check can fail
 
 
@@ -84,8 +84,8 @@ def test_ls_denominator_matches_rank4_and_eos_is_in_the_selection_loss():
     r_cfg = RANK4.make_config(
         dict(n_tokens=5, n_slices=3, dx=4, dt=3, n_heads=3, n_layers=2, dropout=0.0, attention="autodiff"), 30
     )
-    b = BASELINE.loss_sums(BASELINE.init(jax.random.key(0), b_cfg), w, b_cfg)
-    r = RANK4.loss_sums(rank4jax.init_params(jax.random.key(0), r_cfg), w, r_cfg)
+    b = jax.jit(BASELINE.loss_sums, static_argnums=2)(numpy_params(bl.init_params, b_cfg), w, b_cfg)
+    r = jax.jit(RANK4.loss_sums, static_argnums=2)(numpy_params(rank4jax.init_params, r_cfg), w, r_cfg)
     content = int(np.sum(np.asarray(w[:, -1]) != 0))
     assert float(b["last_slice_tokens"]) == float(r["last_slice_tokens"]) == content
     assert float(b["window_tokens"]) == content + 3  # plus one EOS per window
@@ -127,11 +127,11 @@ def test_compare_refuses_configs_with_different_windows(tmp_path):
 def test_all_pad_padding_rows_carry_no_targets():
     """Evaluation pads its last batch with all-PAD windows: they must add nothing to any sum."""
     cfg = small_cfg()
-    params = bl.init_params(jax.random.key(0), cfg)
+    params = numpy_params(bl.init_params, cfg)
     w = windows_with_padding()
     padded = jnp.concatenate([w, jnp.zeros_like(w[:2])])
-    a = bl.target_sums(bl.decode(params, w, cfg)["logits"], bl.pack(w, cfg)["targets"])
-    out = bl.decode(params, padded, cfg)
+    a = bl.target_sums(decode(params, w, cfg)["logits"], bl.pack(w, cfg)["targets"])
+    out = decode(params, padded, cfg)
     b = bl.target_sums(out["logits"], out["targets"])
     assert out["targets"][3:].tolist() == [[0] * 6] * 2
     for key in a:

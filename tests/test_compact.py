@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tiny_config
+from helpers import numpy_params, tiny_config
 
 import rank4jax
 from rank4jax.data.compact import compact_size, compact_windows
@@ -120,10 +120,11 @@ def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_g
     """One forward serves both layouts, a score variant (its term and its regulariser) included."""
     with jax.enable_x64(True):
         cfg = _cfg(dropout=0.3, score=score)
-        params = rank4jax.init_params(jax.random.key(0), cfg, jnp.float64)
+        params = numpy_params(rank4jax.init_params, cfg, jnp.float64)  # nothing to compile
         windows = _windows(cfg)
         rng = jax.random.key(5) if train_mode else None
 
+        @jax.jit  # eager, every primitive of the forward would compile on its own
         def sums(p, batch):
             return RANK4.loss_sums(p, batch, cfg, train=train_mode, rng=rng)
 

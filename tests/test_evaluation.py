@@ -29,6 +29,7 @@ SHARED_ROC = REPO.parent / "shared" / "data" / "rocstories_spring2016_first45000
 V, N, T = 40, 5, 3
 
 
+@functools.cache  # built once per worker (the init compiles a program per parameter shape); call under x64
 def _models():
     """(family, cfg, float64 params) for a tiny rank-4 model and a tiny baseline."""
     r4 = rank4jax.Rank4Config(V, N, T, dx=4, dt=2, n_heads=2, n_layers=2, dropout=0.0)
@@ -116,13 +117,15 @@ def test_next_state_readout_equals_the_full_forward_last_slice():
     with jax.enable_x64(True):
         family, cfg, params = _models()[0]
         windows = _states([T + 1] * 4)
-        logits = rank4jax.forward(params, jnp.asarray(windows[:, :T]), cfg)[:, :, -1]
-        np.testing.assert_allclose(
-            rank4jax.models.rank4.next_state_logits(params, jnp.asarray(windows[:, :T]), cfg), logits, rtol=1e-12
-        )
-        predicted, ce = family.predict_and_score(params, jnp.asarray(windows), cfg)
+        forward = jax.jit(rank4jax.forward, static_argnums=2)  # eager, every primitive compiles on its own
+        next_state = jax.jit(rank4jax.models.rank4.next_state_logits, static_argnums=2)
+        logits = forward(params, jnp.asarray(windows[:, :T]), cfg)[:, :, -1]
+        np.testing.assert_allclose(next_state(params, jnp.asarray(windows[:, :T]), cfg), logits, rtol=1e-12)
+        predicted, ce = jax.jit(family.predict_and_score, static_argnums=2)(params, jnp.asarray(windows), cfg)
         np.testing.assert_array_equal(predicted, jnp.argmax(logits, -1))
-        full = rank4jax.models.rank4.last_slice_mean_ce(rank4jax.forward(params, windows[:, :T], cfg), windows[:, 1:])
+        full = rank4jax.models.rank4.last_slice_mean_ce(
+            forward(params, jnp.asarray(windows[:, :T]), cfg), windows[:, 1:]
+        )
         np.testing.assert_allclose(ce, full, rtol=1e-12)
 
 

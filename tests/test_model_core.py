@@ -207,14 +207,16 @@ def test_next_state_logits_from_a_given_input_tensor_and_its_gradient():
         inputs = jax.random.randint(jax.random.key(4), (2, cfg.n_slices, cfg.n_tokens), 1, cfg.vocab_size)
         inputs = inputs.at[:, :, -1].set(0)
         x = apply_embedding(params["embed"], jnp.swapaxes(inputs, 1, 2), cfg)
-        plain = rank4jax.models.rank4.next_state_logits(params, inputs, cfg)
-        given = rank4jax.models.rank4.next_state_logits(params, inputs, cfg, embedded=x)
+        next_state = jax.jit(rank4jax.models.rank4.next_state_logits, static_argnums=2)  # eager: a program per op
+        plain = next_state(params, inputs, cfg)
+        given = next_state(params, inputs, cfg, embedded=x)
         np.testing.assert_allclose(given, plain, rtol=0, atol=1e-12)
 
+        @jax.jit
         def logit(x):
             return rank4jax.models.rank4.next_state_logits(params, inputs, cfg, embedded=x)[0, 1, 5]
 
-        grad = jax.grad(logit)(x)
+        grad = jax.jit(jax.grad(logit))(x)
         where = (0, 0, 0, 1, 0)  # batch 0, token 0 of the first input slice, fiber (1, 0)
         eps = 1e-6
         numeric = (logit(x.at[where].add(eps)) - logit(x.at[where].add(-eps))) / (2 * eps)

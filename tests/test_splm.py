@@ -18,7 +18,7 @@ from rank4jax.training.checkpointing import restore_params_numpy
 from rank4jax.training.loop import train
 from rank4jax.training.splm_report import matched_configs
 from rank4jax.training.state import make_optimizer
-from tests.helpers import tiny_config
+from tests.helpers import numpy_params, tiny_config
 
 SIZES = dict(vocab_size=40, n_tokens=4, n_slices=2, dx=4, dt=4, n_layers=3)
 
@@ -50,16 +50,22 @@ def test_gaussian_force_is_minus_the_gradient_and_v_is_bounded():
         cfg = splm.SPLMConfig(**SIZES)
         params = splm.init_params(jax.random.key(1), cfg, jnp.float64)
         # perturb every potential parameter so the check is not at a special point
+        noise = np.random.default_rng(2)  # numpy: a jax.random draw compiles a program per shape
         params["potential"] = jax.tree_util.tree_map(
-            lambda p: p + 0.3 * jax.random.normal(jax.random.key(2), p.shape, p.dtype), params["potential"]
+            lambda p: p + 0.3 * noise.standard_normal(p.shape), params["potential"]
         )
         h = 2.0 * jax.random.normal(jax.random.key(3), (2, 9, cfg.width), jnp.float64)
+        # jitted (eager, every primitive compiles on its own); force and gradient in separate programs
+        force = jax.jit(splm.force, static_argnums=(2, 3))
+        value = jax.jit(splm.potential_value, static_argnums=(2, 3))
+        minus_grad = jax.jit(
+            lambda x, layer: -jax.grad(lambda y: jnp.sum(value(params, y, layer, cfg)))(x), static_argnums=1
+        )
         for layer in range(cfg.n_layers):
-            f = splm.force(params, h, layer, cfg)
-            g = -jax.grad(lambda x, layer=layer: jnp.sum(splm.potential_value(params, x, layer, cfg)))(h)
+            f, g = force(params, h, layer, cfg), minus_grad(h, layer)
             assert float(jnp.max(jnp.abs(f - g)) / jnp.max(jnp.abs(g))) <= 1e-10
         for scale in (0.0, 1e-3, 1e3, 1e8):
-            v = splm.potential_value(params, scale * h, 0, cfg)
+            v = value(params, scale * h, 0, cfg)
             assert float(v.min()) >= -cfg.xi_channels and float(v.max()) <= 0.0
             assert bool(jnp.all(jnp.isfinite(v)))
 
@@ -81,11 +87,12 @@ def test_surprisal_buffer_is_add_one_unigram_and_never_trained():
     expected = -np.log((counts + 1) / (counts.sum() + counts.size))
     np.testing.assert_allclose(splm.unigram_surprisal(counts), expected)
     cfg = splm.SPLMConfig(**(SIZES | {"vocab_size": 6}))
-    params = splm.set_surprisal(splm.init_params(jax.random.key(0), cfg), counts)
+    params = splm.set_surprisal(numpy_params(splm.init_params, cfg), counts)  # numpy: nothing to compile
     optimizer = make_optimizer(tiny_config().optim)
     grads = jax.jit(jax.grad(lambda p: SPLM.loss_sums(p, jnp.full((2, 3, 4), 4, jnp.int32), cfg)["objective"]))(params)
     assert not np.any(np.asarray(grads["buffers"]["surprisal"]))
-    updates, _ = optimizer.update(grads, optimizer.init(params), params)  # weight decay 0.01 in the config
+    opt_state = jax.jit(optimizer.init)(params)
+    updates, _ = jax.jit(optimizer.update)(grads, opt_state, params)  # weight decay 0.01 in the config
     assert not np.any(np.asarray(updates["buffers"]["surprisal"]))
     assert np.any(np.asarray(updates["embed"]))
 

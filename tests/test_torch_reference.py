@@ -83,13 +83,13 @@ def test_logits_loss_and_gradients_match_the_pytorch_peer(peer):
     cfg = _config()
     params = from_torch(peer, "param:", cfg)
     windows = jnp.asarray(peer["windows"])
-    logits = rank4.forward(params, windows[:, :-1], cfg)  # (B, N, T, V), the peer's layout
+    logits = jax.jit(rank4.forward, static_argnums=2)(params, windows[:, :-1], cfg)  # (B, N, T, V), the peer's layout
     np.testing.assert_allclose(logits, peer["logits"], rtol=RTOL, atol=ATOL)
 
     def objective(p):
         return RANK4.loss_sums(p, windows, cfg, train=False)["objective"]
 
-    loss, grads = jax.value_and_grad(objective)(params)
+    loss, grads = jax.jit(jax.value_and_grad(objective))(params)  # jitted: eager compiles every primitive
     np.testing.assert_allclose(loss, peer["loss"], rtol=RTOL, atol=ATOL)
     expected = from_torch(peer, "grad:", cfg)
     for (path, got), want in zip(

@@ -14,7 +14,7 @@ from rank4jax.models import baseline, rank4, zpx
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.models.scores import STANDARD
 from rank4jax.training.run_config import validate
-from tests.helpers import tiny_config
+from tests.helpers import numpy_params, tiny_config
 
 SIZES = dict(vocab_size=30, n_tokens=5, n_slices=3, dx=3, dt=2, n_heads=2, n_layers=2, dropout=0.0)
 
@@ -72,15 +72,16 @@ def test_center_cancellation_counts_only_real_positions():
 def test_rank4_scores_join_before_the_mask():
     """PAD keys get zero weight and the geometric term changes the real keys' weights."""
     cfg = rank4.Rank4Config(**SIZES, score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3, lambda_angle=2.0))
-    params = rank4.init_params(jax.random.key(0), cfg)
+    params = numpy_params(rank4.init_params, cfg)  # numpy: nothing to compile
+    attention_maps = jax.jit(rank4.attention_maps, static_argnums=2)  # eager, a program per primitive
     inputs = _windows()[:, :-1]
-    maps = rank4.attention_maps(params, inputs, cfg)
+    maps = attention_maps(params, inputs, cfg)
     keys_real = np.asarray(jnp.swapaxes(inputs, 1, 2) != 0)  # (B, N, T)
     for a in maps:
         a = np.asarray(a)
         assert np.all(a[..., ~keys_real[0]][0] == 0.0)
         np.testing.assert_allclose(a.sum(axis=(-2, -1)), 1.0, atol=1e-5)
-    plain = rank4.attention_maps(params, inputs, rank4.Rank4Config(**SIZES))
+    plain = attention_maps(params, inputs, rank4.Rank4Config(**SIZES))
     assert not np.allclose(np.asarray(maps[0]), np.asarray(plain[0]), atol=1e-4)
 
 
@@ -110,9 +111,10 @@ def test_center_regulariser_enters_the_objective(family):
     cfg_cls = rank4.Rank4Config if family is RANK4 else baseline.BaselineConfig
     with_reg = cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3, center_weight=0.5))
     without = cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3))
-    params = family.init(jax.random.key(0), with_reg)
-    a = family.loss_sums(params, _windows(), with_reg)
-    b = family.loss_sums(params, _windows(), without)
+    params = numpy_params(family.init, with_reg)  # numpy: nothing to compile
+    loss_sums = jax.jit(family.loss_sums, static_argnums=2)  # eager, a program per primitive
+    a = loss_sums(params, _windows(), with_reg)
+    b = loss_sums(params, _windows(), without)
     assert float(a["window_ce_sum"]) == pytest.approx(float(b["window_ce_sum"]))
     assert float(a["objective"]) > float(b["objective"])
 
