@@ -399,6 +399,11 @@ def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
             stopped += 1
             lines = [line for line in err.strip().splitlines() if "warning:" not in line]  # the data's own
             assert len(lines) == 1 and lines[0].startswith("stopped: SIGINT "), err
+        elif proc.returncode == -signal.SIGINT:  # on a loaded machine the first signal can land while the
+            # interpreter is still starting, before eval.py's first line: Python stops as SIGINT's default
+            # does (seen once in a full suite run; nothing of ours had run, nothing was written)
+            assert delay == 1.0, err
+            stopped += 1
         else:
             assert proc.returncode == 0 and "wrote " in out
     assert stopped >= 2
