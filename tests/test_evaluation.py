@@ -119,13 +119,12 @@ def test_next_state_readout_equals_the_full_forward_last_slice():
         windows = _states([T + 1] * 4)
         forward = jax.jit(rank4jax.forward, static_argnums=2)  # eager, every primitive compiles on its own
         next_state = jax.jit(rank4jax.models.rank4.next_state_logits, static_argnums=2)
-        logits = forward(params, jnp.asarray(windows[:, :T]), cfg)[:, :, -1]
+        all_logits = forward(params, jnp.asarray(windows[:, :T]), cfg)
+        logits = all_logits[:, :, -1]
         np.testing.assert_allclose(next_state(params, jnp.asarray(windows[:, :T]), cfg), logits, rtol=1e-12)
         predicted, ce = jax.jit(family.predict_and_score, static_argnums=2)(params, jnp.asarray(windows), cfg)
         np.testing.assert_array_equal(predicted, jnp.argmax(logits, -1))
-        full = rank4jax.models.rank4.last_slice_mean_ce(
-            forward(params, jnp.asarray(windows[:, :T]), cfg), windows[:, 1:]
-        )
+        full = rank4jax.models.rank4.last_slice_mean_ce(all_logits, windows[:, 1:])
         np.testing.assert_allclose(ce, full, rtol=1e-12)
 
 

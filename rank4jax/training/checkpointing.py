@@ -237,10 +237,15 @@ class RunCheckpoints:
         return restored["state"]
 
 
+@jax.jit  # one program per tree of shapes: every restore of a run reuses it
+def _all_finite(floats: list) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats]))
+
+
 def _check_finite(workdir: str, step: int, tree) -> None:
     """NaN/inf in a restored tree (a flipped bit in an exponent) is damage, not divergence."""
     floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    if floats and not bool(jax.jit(lambda xs: jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in xs])))(floats)):
+    if floats and not bool(_all_finite(floats)):
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
 
 
