@@ -386,27 +386,42 @@ def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
 
 
 def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
-    """SIGINT at several moments of ``eval.py`` (importing, loading, evaluating): status 130 and one
-    line, or, if the evaluation already finished, its normal output; never a traceback."""
-    stopped = 0
-    for delay in (1.0, 4.0, 7.0):
-        proc = _start(["eval.py", f"--workdir={tiny_run_copy}", "--split=validation"])
-        time.sleep(delay)
+    """SIGINT at three moments of ``eval.py``: while it starts (1 s: the interpreter or the imports),
+    just after it has read the data (its warning about cut sentences is the sign: the evaluation's
+    compiles and passes are still ahead), and at 7 s (anywhere, finished included). Status 130 and one
+    line whenever it is stopped, its normal output if it finished first; never a traceback."""
+
+    def stop(proc, moment) -> bool:
+        if moment == "after reading the data":
+            for line in proc.stderr:  # the tiny run's data always warns that sentences are cut
+                if "warning:" in line:
+                    break
+        else:
+            time.sleep(moment)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
         assert "Traceback" not in err, err[-3000:]
         if proc.returncode == 130:
-            stopped += 1
             lines = [line for line in err.strip().splitlines() if "warning:" not in line]  # the data's own
             assert len(lines) == 1 and lines[0].startswith("stopped: SIGINT "), err
-        elif proc.returncode == -signal.SIGINT:  # on a loaded machine the first signal can land while the
-            # interpreter is still starting, before eval.py's first line: Python stops as SIGINT's default
-            # does (seen once in a full suite run; nothing of ours had run, nothing was written)
-            assert delay == 1.0, err
-            stopped += 1
-        else:
-            assert proc.returncode == 0 and "wrote " in out
-    assert stopped >= 2
+            return True
+        if proc.returncode == -signal.SIGINT and not out:  # on a loaded machine the signal can land while
+            # the interpreter is still starting, before eval.py's first line: Python stops as SIGINT's
+            # default does (nothing of ours had run, nothing was written)
+            assert moment == 1.0, err
+            return True
+        if proc.returncode == -signal.SIGINT:  # the evaluation finished and printed its report; the signal
+            # landed while the interpreter was shutting down, after CPython's finalisation had restored
+            # SIGINT's default action (seen in CI at 7 s): no traceback, nothing of ours left to stop
+            assert moment == 7.0 and "stopped" not in err and "wrote " in out, (out, err)
+            return False
+        assert proc.returncode == 0 and "wrote " in out, (proc.returncode, out, err)
+        return False
+
+    moments = (1.0, "after reading the data", 7.0)
+    stopped = [stop(_start(["eval.py", f"--workdir={tiny_run_copy}", "--split=validation"]), m) for m in moments]
+    assert stopped[1], "a Ctrl-C while evaluating must stop the evaluation"
+    assert sum(stopped) >= 2
 
 
 def test_a_model_too_large_for_memory_is_refused_before_allocating(tmp_path):
