@@ -164,6 +164,30 @@ def test_compiled_step_refuses_shapes_beyond_the_layout():
     twice(jnp.float32(1), jnp.ones(3))
 
 
+def test_a_later_run_in_the_process_reuses_the_compiled_programs(tmp_path):
+    """A second run with the same model, optimiser, mesh and layout (another seed, another workdir)
+    calls the programs built for the first (``training.programs``): it compiles nothing, not even
+    from JAX's persistent cache, and its step is still compiled ahead of time and measured."""
+    from rank4jax.training.programs import run_programs
+
+    train(tiny_config(seed=7), str(tmp_path / "first"))
+    hits = run_programs.cache_info().hits
+    compiles, listening = [], [True]
+
+    def listener(event, duration, **kwargs):
+        if listening[0] and event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        summary = train(tiny_config(seed=8), str(tmp_path / "second"))
+    finally:
+        listening[0] = False
+    assert compiles == []
+    assert run_programs.cache_info().hits == hits + 1
+    assert summary["step"] == 6 and summary["compiled_train_step"]["compiled_shapes"] >= 1
+
+
 def test_keeps_latest_and_best(tmp_path):
     config = tiny_config(num_steps=8, keep_checkpoints=1, **{"optim.learning_rate": 1e-2})
     summary = train(config, str(tmp_path))

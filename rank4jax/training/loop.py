@@ -36,6 +36,7 @@ from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, first_r
 from rank4jax.training.data_setup import prepare_data, validation_windows
 from rank4jax.training.evaluation import evaluate_windows
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
+from rank4jax.training.programs import batches_key, optim_key, run_programs
 from rank4jax.training.run_config import (
     FINGERPRINT_KEY,
     data_fingerprint,
@@ -43,8 +44,8 @@ from rank4jax.training.run_config import (
     to_json_dict,
     validate,
 )
-from rank4jax.training.state import carry_optimizer_state, create_train_state, make_optimizer
-from rank4jax.training.steps import CompiledStep, describe_memory, jit_eval_step, jit_train_step
+from rank4jax.training.state import carry_optimizer_state, make_optimizer
+from rank4jax.training.steps import CompiledStep, describe_memory
 from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
 
 
@@ -174,14 +175,14 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
             hidden=4 * config.model.dx * config.model.dt,
         )
-        replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-        optimizer = make_optimizer(config.optim)
-        init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
-        abstract = jax.eval_shape(init_fn, jax.random.key(config.seed))
-        state_sharding = sharding.state_shardings(mesh, abstract)  # created directly sharded
+        batch_sharding = sharding.batch_sharding(mesh)
+        layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
+        # built once per process for this model, optimiser, mesh and layout (a later run reuses them)
+        programs = run_programs(family, model_cfg, optim_key(config.optim), mesh, batches_key(config, layout))
+        optimizer, init_fn, abstract = programs.optimizer, programs.init_fn, programs.abstract
+        state_sharding = programs.state_sharding  # the state is created directly sharded
         n_params = family.count_params(model_cfg)
         sharding.check_state_fits(abstract, state_sharding, n_params)  # before allocating
-        layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
         train_iter = iter(
             train_dataset(
                 data.windows["train"].windows,
@@ -194,7 +195,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         )
         latest = ckpt.latest_step()
         if latest is None:
-            state = jax.jit(init_fn, out_shardings=state_sharding)(jax.random.key(config.seed))
+            state = programs.init(jax.random.key(config.seed))
             if family.init_from_data is not None:  # data-derived buffers, then kept by every checkpoint
                 params = family.init_from_data(state.params, data.windows["train"].windows, model_cfg)
                 state = state.replace(params=jax.device_put(params, state_sharding.params))
@@ -222,13 +223,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                         "Adam moments and step carried over",
                         file=sys.stderr,
                     )
-        train_step = CompiledStep(
-            jit_train_step(
-                family, model_cfg, optimizer, state_sharding, batch_sharding, replicated, max_traces=layout.max_shapes
-            ),
-            max_shapes=layout.max_shapes,
-        )
-        eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
+        train_step = CompiledStep(programs.train_step, max_shapes=layout.max_shapes)
+        eval_step = programs.eval_step
         is_main = jax.process_index() == 0
         log = print if is_main else (lambda *a, **k: None)
         writer = stack.enter_context(MetricsWriter(workdir, enabled=is_main))
