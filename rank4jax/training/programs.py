@@ -3,9 +3,9 @@
 A run's programs (the sharded state init, the train step, the eval step) depend only on the model
 family and its config, the optimiser settings, the mesh and the batches the step is given (batch
 size and layout); the seed, the data and the workdir are run-time inputs. ``run_programs`` builds
-them once per such key (a small LRU): a later run with the same key in the same process (a second run in a
-notebook, a rerun that resumes, a sweep over seeds or data, the test suite's many tiny runs) calls
-the same ``jax.jit`` objects, so JAX finds their traces, lowerings and executables in its in-memory
+them once per such key (a small LRU): a later run with the same key in the same process (a second
+run in a notebook, a rerun that resumes, a sweep over seeds or data, the test suite's many tiny
+runs) calls the same ``jax.jit`` objects, so JAX finds their traces, lowerings and executables in its in-memory
 caches instead of tracing, lowering and compiling again.
 """
 
