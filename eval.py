@@ -25,6 +25,7 @@ import json  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals  # noqa: E402
+from rank4jax.errors import say  # noqa: E402
 from rank4jax.training.eval_run import evaluate_run  # noqa: E402
 from rank4jax.training.metrics import plot_curves  # noqa: E402
 
@@ -61,13 +62,13 @@ def main(argv):
     if "rollout_mean_ce" in report:
         print(f"rollout mean CE per step: {report['rollout_mean_ce']}")
     if report.get("write_error"):  # the figures above are all there is: say so, status 1
-        print(f"error: {report['write_error']}; the figures above were not saved", file=sys.stderr)
+        say(f"error: {report['write_error']}; the figures above were not saved")
         sys.exit(1)
     print(f"wrote {report['path']}")
     try:
         plot_curves(_WORKDIR.value)
     except OSError as e:
-        print(f"rank4jax: warning: cannot write the curves plot: {e.strerror or e}", file=sys.stderr)
+        say(f"rank4jax: warning: cannot write the curves plot: {e.strerror or e}")
 
 
 if __name__ == "__main__":

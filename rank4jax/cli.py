@@ -8,7 +8,7 @@ import signal
 import sys
 import traceback
 
-from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError
+from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError, say
 
 
 def run_reporting_user_errors(fn, *args, **kwargs):
@@ -17,10 +17,10 @@ def run_reporting_user_errors(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        say(f"error: {e}")
         sys.exit(2)
     except StageInterrupted as e:
-        print(f"stopped: {e}", file=sys.stderr)
+        say(f"stopped: {e}")
         sys.exit(e.status)
 
 
@@ -32,7 +32,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        print(f"error: {e}\nPass --help for usage.", file=sys.stderr)
+        say(f"error: {e}\nPass --help for usage.")
     except Exception as e:  # noqa: BLE001 -- a config file that raises, or an unknown override key
         _flag_exception(e, argv)
     sys.exit(2)
@@ -69,7 +69,7 @@ def config_file_problem(error: BaseException, argv: list[str]) -> str | None:
 def _flag_exception(error: BaseException, argv: list[str]) -> None:
     problem = config_file_problem(error, argv)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        say(f"error: {problem}")
     elif isinstance(error, (AttributeError, KeyError)):
         _unknown_config_key(error, argv)
     else:
@@ -80,7 +80,7 @@ def _unknown_config_key(error: Exception, argv: list[str]) -> None:
     key = str(error).strip("\"'")
     culprit = next((a for a in argv[1:] if a.startswith("--config.") and key in a), None)
     where = f" in {culprit.split('=')[0]}" if culprit else ""
-    print(f"error: unknown config key {key!r}{where}; see the config file for valid keys", file=sys.stderr)
+    say(f"error: unknown config key {key!r}{where}; see the config file for valid keys")
 
 
 @contextlib.contextmanager
@@ -146,7 +146,7 @@ def stop_on_signals(what: str):
         sys.unraisablehook = previous_unraisable
     if received:
         name = signal.Signals(received[0]).name
-        print(f"stopped: {name} during {what}; no report was written after it", file=sys.stderr)
+        say(f"stopped: {name} during {what}; no report was written after it")
         sys.stdout.flush()
         sys.stderr.flush()
         # os._exit, not sys.exit: the libraries' worker threads (XLA, tensorstore) may still be

@@ -49,3 +49,13 @@ class StageInterrupted(Exception):
 
 class RecompilationError(RuntimeError):
     """A jitted step compiled for more batch shapes than its layout can produce (a bug, not user input)."""
+
+
+def say(line: str) -> None:
+    """Write one message line to stderr in a single call and flush it. ``print`` writes the text and
+    its newline separately, so a signal handled between the two (Ctrl-C during a warning) glued the
+    next message onto the unfinished line."""
+    import sys
+
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()

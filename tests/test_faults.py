@@ -385,6 +385,33 @@ def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
     assert out.stderr.strip().endswith("the figures above were not saved")
 
 
+def test_a_message_line_is_one_write(monkeypatch):
+    """Warnings and errors reach stderr text and newline together: ``print`` writes them separately,
+    and a Ctrl-C handled between the two glued the stop line onto a cut-sentences warning (CI, once)."""
+    from rank4jax.training.data_setup import data_warnings
+
+    class Split:  # what data_warnings reads of a split's windows
+        n_sentences, n_truncated, unk_rate = 10, 5, 0.5
+
+        def __len__(self):
+            return 3
+
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    data_warnings("stories.csv", {"train": Split()}, n_tokens=8, duplicates=2, n_stories=9)
+    assert len(writes) == 3 and all(w.startswith("rank4jax: warning: stories.csv: ") for w in writes), writes
+    assert all(w.endswith("\n") and w.count("\n") == 1 for w in writes), writes
+
+
 def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
     """SIGINT at three moments of ``eval.py``: while it starts (1 s: the interpreter or the imports),
     just after it has read the data (its warning about cut sentences is the sign: the evaluation's

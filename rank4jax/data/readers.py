@@ -13,9 +13,8 @@ import hashlib
 import io
 import os
 import re
-import sys
 
-from rank4jax.errors import DataError
+from rank4jax.errors import DataError, say
 
 ROCSTORIES_COLUMNS = (
     "storyid",
@@ -110,10 +109,7 @@ def read_text_file(path: str) -> str:
                     "save it as UTF-8"
                 ) from None
             line = _line_of(data, utf8_error.start)
-            print(
-                f"rank4jax: warning: {path} is not UTF-8 (line {line}); read as Windows-1252 (detected)",
-                file=sys.stderr,
-            )
+            say(f"rank4jax: warning: {path} is not UTF-8 (line {line}); read as Windows-1252 (detected)")
     by_name = path.lower().endswith((".json", ".jsonl", ".ndjson"))
     if by_name or text.lstrip()[:1] in ("{", "["):
         raise DataError(

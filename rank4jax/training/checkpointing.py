@@ -29,7 +29,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from rank4jax.data.tokenizers import tokenizer_from_dict
-from rank4jax.errors import CheckpointError, WorkdirError
+from rank4jax.errors import CheckpointError, WorkdirError, say
 
 BEST_METRIC = "val_window_ce"
 CHECKPOINT_DIR = "checkpoints"
@@ -281,21 +281,15 @@ def first_readable(ckpt: RunCheckpoints, candidates, load, *, set_aside: bool = 
         except CheckpointDamaged as e:
             if not os.path.isdir(ckpt.step_dir(step)):  # deleted while being read (another run's keep policy)
                 problems.append(f"{step}: removed while being read")
-                print(
-                    f"rank4jax: warning: checkpoint {step} was removed while being read; trying another",
-                    file=sys.stderr,
-                )
+                say(f"rank4jax: warning: checkpoint {step} was removed while being read; trying another")
                 ckpt.manager.reload()
                 continue
             problems.append(f"{step}: {e.reason}")
             damaged.append(step)
-            print(f"rank4jax: warning: {e}; trying the next older checkpoint", file=sys.stderr)
+            say(f"rank4jax: warning: {e}; trying the next older checkpoint")
             continue
         for bad in damaged if set_aside else ():
-            print(
-                f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)",
-                file=sys.stderr,
-            )
+            say(f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)")
         return step, result
     why = "; ".join(problems) or "none saved"
     raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")

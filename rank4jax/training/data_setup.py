@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import sys
 
 import ml_collections
 import numpy as np
 
 from rank4jax.data import corpus, readers, tokenizers, windows
-from rank4jax.errors import ConfigError, DataError
+from rank4jax.errors import ConfigError, DataError, say
 from rank4jax.training.run_config import tokenizer_options
 
 
@@ -44,7 +43,7 @@ WARN_UNK = 0.10  # warn when more than this fraction of a split's tokens are UNK
 
 
 def _warn(message: str) -> None:
-    print(f"rank4jax: warning: {message}", file=sys.stderr)
+    say(f"rank4jax: warning: {message}")
 
 
 def data_warnings(source: str, made: dict, n_tokens: int, duplicates: int = 0, n_stories: int = 0) -> None:

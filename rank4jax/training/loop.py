@@ -19,7 +19,6 @@ import functools
 import json
 import os
 import signal
-import sys
 import time
 
 import jax
@@ -28,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rank4jax.data.pipeline import train_dataset
-from rank4jax.errors import CheckpointError, TrainingDivergedError
+from rank4jax.errors import CheckpointError, TrainingDivergedError, say
 from rank4jax.models.family import get_family
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
@@ -68,7 +67,7 @@ class StopRequest:
 
     def _handle(self, signum, frame):
         if self.signal is not None:
-            print(f"rank4jax: {signal.Signals(signum).name} again: still saving the checkpoint", file=sys.stderr)
+            say(f"rank4jax: {signal.Signals(signum).name} again: still saving the checkpoint")
         self.signal = self.signal or signum
 
     def __exit__(self, *exc):
@@ -218,10 +217,9 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 opt_state = carry_optimizer_state(state.opt_state, fresh, state.step)
                 state = state.replace(opt_state=jax.device_put(opt_state, state_sharding.opt_state))
                 if jax.process_index() == 0:
-                    print(
+                    say(
                         f"rank4jax: optimiser settings changed on resume ({'; '.join(changed_optim)}): "
-                        "Adam moments and step carried over",
-                        file=sys.stderr,
+                        "Adam moments and step carried over"
                     )
         train_step = CompiledStep(programs.train_step, max_shapes=layout.max_shapes)
         eval_step = programs.eval_step

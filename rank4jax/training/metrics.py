@@ -134,13 +134,15 @@ def main(argv=None) -> None:
     """``python -m rank4jax.training.metrics WORKDIR``: redraw WORKDIR/plots/curves.png."""
     import sys
 
+    from rank4jax.errors import say
+
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m rank4jax.training.metrics WORKDIR", file=sys.stderr)
+        say("usage: python -m rank4jax.training.metrics WORKDIR")
         sys.exit(2)
     path = plot_curves(args[0])
     if path is None:
-        print(f"error: no metrics in {os.path.join(args[0], METRICS_FILE)}", file=sys.stderr)
+        say(f"error: no metrics in {os.path.join(args[0], METRICS_FILE)}")
         sys.exit(2)
     print(f"wrote {path}")
 

@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 
-from rank4jax.errors import WorkdirBusyError, WorkdirError
+from rank4jax.errors import WorkdirBusyError, WorkdirError, say
 
 LOCK_FILE = ".lock"
 
@@ -72,15 +72,12 @@ class WorkdirLock:
                     "per workdir: wait for it to finish, stop it, or use another --workdir"
                 ) from None
             if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                print(f"rank4jax: warning: cannot lock {self.path} ({e.strerror}); not guarded", file=sys.stderr)
+                say(f"rank4jax: warning: cannot lock {self.path} ({e.strerror}); not guarded")
                 return self
             raise
         self._fd = fd
         if os.fstat(fd).st_size:  # a holder that never released it: its process ended without cleaning up
-            print(
-                f"rank4jax: taking over the lock left by {_holder(self.path)}, which is no longer running",
-                file=sys.stderr,
-            )
+            say(f"rank4jax: taking over the lock left by {_holder(self.path)}, which is no longer running")
         command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)) or "python"
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time()}
         os.ftruncate(fd, 0)
