@@ -125,19 +125,22 @@ def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_g
         windows = _windows(cfg)
         rng = jax.random.key(5) if train_mode else None
 
-        @jax.jit  # eager, every primitive of the forward would compile on its own
-        def sums(p, batch):
-            return RANK4.loss_sums(p, batch, cfg, train=train_mode, rng=rng)
+        @jax.jit  # one program per layout for the sums and the objective's gradient
+        def sums_and_grad(p, batch):
+            def objective(p):
+                sums = RANK4.loss_sums(p, batch, cfg, train=train_mode, rng=rng)
+                return sums["objective"], sums
 
-        full = sums(params, jnp.asarray(windows))
-        grad_full = jax.jit(jax.grad(lambda p: sums(p, jnp.asarray(windows))["objective"]))(params)
+            (_, sums), grad = jax.value_and_grad(objective, has_aux=True)(p)
+            return sums, grad
+
+        full, grad_full = sums_and_grad(params, jnp.asarray(windows))
         assert float(full["window_tokens"]) > 0 and float(full["last_slice_tokens"]) > 0
         for groups in all_groups:
             batch = jax.tree.map(jnp.asarray, compact_windows(windows, groups=groups, buckets=4))
-            compact = sums(params, batch)
+            compact, grad = sums_and_grad(params, batch)
             for key, value in full.items():
                 np.testing.assert_allclose(float(compact[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
-            grad = jax.jit(jax.grad(lambda p, b: sums(p, b)["objective"]))(params, batch)
             assert _max_leaf_diff(grad, grad_full) < 1e-12
 
 
