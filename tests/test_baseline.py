@@ -53,12 +53,12 @@ full_logits = jax.jit(bl.full_logits, static_argnums=3)
 def test_cached_decode_equals_full_recomputation():
     cfg = small_cfg()
     with jax.enable_x64(True):
-        params = bl.init_params(jax.random.key(0), cfg, dtype=jnp.float64)
+        params = numpy_params(bl.init_params, cfg, np.float64)  # at the init's scale; nothing to compile
         for forced in (False, True):
             out = decode(params, windows_with_padding(), cfg, teacher_forcing=forced)
             full = full_logits(params, out, out["fed"], cfg)
             np.testing.assert_allclose(np.asarray(out["logits"]), np.asarray(full), rtol=0, atol=1e-10)
-    params32 = bl.init_params(jax.random.key(0), cfg)
+    params32 = numpy_params(bl.init_params, cfg)
     out = decode(params32, windows_with_padding(), cfg)
     np.testing.assert_allclose(
         np.asarray(out["logits"]), np.asarray(full_logits(params32, out, out["fed"], cfg)), atol=1e-5
@@ -129,10 +129,11 @@ def test_all_pad_padding_rows_carry_no_targets():
     cfg = small_cfg()
     params = numpy_params(bl.init_params, cfg)
     w = windows_with_padding()
-    padded = jnp.concatenate([w, jnp.zeros_like(w[:2])])
-    a = bl.target_sums(decode(params, w, cfg)["logits"], bl.pack(w, cfg)["targets"])
+    padded = jnp.asarray(np.concatenate([w, np.zeros_like(w[:2])]))
+    target_sums, pack = jax.jit(bl.target_sums), jax.jit(bl.pack, static_argnums=1)  # not a program per op
+    a = target_sums(decode(params, w, cfg)["logits"], pack(w, cfg)["targets"])
     out = decode(params, padded, cfg)
-    b = bl.target_sums(out["logits"], out["targets"])
+    b = target_sums(out["logits"], out["targets"])
     assert out["targets"][3:].tolist() == [[0] * 6] * 2
     for key in a:
         np.testing.assert_allclose(float(a[key]), float(b[key]), rtol=1e-6)

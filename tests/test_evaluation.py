@@ -23,22 +23,23 @@ from rank4jax.training.eval_run import evaluate_run, report_stem
 from rank4jax.training.evaluation import cloze_scores, make_scorers, other_contexts, rollout
 from rank4jax.training.loop import train
 from tests.conftest import REPO
+from tests.helpers import numpy_params
 from tests.test_cli import run
 
 SHARED_ROC = REPO.parent / "shared" / "data" / "rocstories_spring2016_first45000.csv"
 V, N, T = 40, 5, 3
 
 
-@functools.cache  # built once per worker (the init compiles a program per parameter shape); call under x64
+@functools.cache  # built once per worker; call under x64
 def _models():
-    """(family, cfg, float64 params) for a tiny rank-4 model and a tiny baseline."""
+    """(family, cfg, float64 params) for a tiny rank-4 model and a tiny baseline (parameters drawn with
+    numpy at the init's scale: the jax init compiles a program per parameter shape)."""
     r4 = rank4jax.Rank4Config(V, N, T, dx=4, dt=2, n_heads=2, n_layers=2, dropout=0.0)
     base = bl.BaselineConfig(V, N, T, dx=4, dt=2, n_heads=2, n_layers=2, dropout=0.0)
-    out = []
-    for family, cfg in ((RANK4, r4), (BASELINE, base)):
-        params = family.init(jax.random.key(3), cfg)
-        out.append((family, cfg, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)))
-    return out
+    return [
+        (RANK4, r4, numpy_params(rank4jax.init_params, r4, np.float64, seed=3)),
+        (BASELINE, base, numpy_params(bl.init_params, base, np.float64, seed=3)),
+    ]
 
 
 def _states(lengths, seed=0):
