@@ -39,6 +39,17 @@ def _reference_objective(params, windows, cfg):
     return sums["window_ce_sum"] / sums["window_tokens"], sums
 
 
+def _objective_and_sums(params, windows, cfg):
+    sums = RANK4.loss_sums(params, windows, cfg)
+    return sums["objective"], sums
+
+
+def _sums_and_grad(objective):
+    """``objective(p) -> (value, sums)`` → jitted ``p -> ((value, sums), grad)``: one program for the
+    sums and the gradient (eager, every primitive would compile on its own)."""
+    return jax.jit(jax.value_and_grad(objective, has_aux=True))
+
+
 def _max_leaf_diff(a, b):
     pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)  # numpy: no program per leaf shape
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in pairs)
@@ -61,13 +72,11 @@ def test_readout_loss_sums_match_window_loss_sums_and_gradients():
         cfg = _cfg()
         params = numpy_params(rank4.init_params, cfg, jnp.float64, seed=7)  # 3 tokens predicted right
         windows = jnp.asarray(_windows(cfg))
-        ref_obj, ref = jax.jit(_reference_objective, static_argnums=2)(params, windows, cfg)  # not op by op
-        fast = jax.jit(RANK4.loss_sums, static_argnums=2)(params, windows, cfg)
+        (_, ref), g_ref = _sums_and_grad(lambda p: _reference_objective(p, windows, cfg))(params)
+        (_, fast), g_fast = _sums_and_grad(lambda p: _objective_and_sums(p, windows, cfg))(params)
         for key, value in ref.items():
             np.testing.assert_allclose(float(fast[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
         assert float(ref["correct_tokens"]) > 0  # the accuracy comparison is not vacuous
-        g_ref = jax.jit(jax.grad(lambda p: _reference_objective(p, windows, cfg)[0]))(params)
-        g_fast = jax.jit(jax.grad(lambda p: RANK4.loss_sums(p, windows, cfg)["objective"]))(params)
         assert _max_leaf_diff(g_ref, g_fast) < 1e-12
 
 
@@ -101,13 +110,10 @@ def test_loss_on_trimmed_windows_equals_full_width_loss():
         w = _windows(cfg)
         cut = trim_padding(w)
         assert cut.shape[2] < w.shape[2]
-        loss_sums = jax.jit(RANK4.loss_sums, static_argnums=2)  # eager, every primitive compiles on its own
-        full = loss_sums(params, jnp.asarray(w), cfg)
-        trimmed = loss_sums(params, jnp.asarray(cut), cfg)
+        (_, full), g_full = _sums_and_grad(lambda p: _objective_and_sums(p, jnp.asarray(w), cfg))(params)
+        (_, trimmed), g_cut = _sums_and_grad(lambda p: _objective_and_sums(p, jnp.asarray(cut), cfg))(params)
         for key, value in full.items():
             np.testing.assert_allclose(float(trimmed[key]), float(value), rtol=1e-12, err_msg=key)
-        g_full = jax.jit(jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(w), cfg)["objective"]))(params)
-        g_cut = jax.jit(jax.grad(lambda p: RANK4.loss_sums(p, jnp.asarray(cut), cfg)["objective"]))(params)
         assert _max_leaf_diff(g_full, g_cut) < 1e-12
         with pytest.raises(ValueError, match="more than n_tokens"):
             RANK4.loss_sums(params, jnp.zeros((1, cfg.n_slices + 1, cfg.n_tokens + 1), jnp.int32), cfg)
