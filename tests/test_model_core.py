@@ -15,6 +15,8 @@ from rank4jax.models.rank4.losses import last_slice_mean_ce
 from rank4jax.models.rank4.model import key_padding_mask
 from rank4jax.models.rank4.readout import apply_readout
 
+_forward = jax.jit(rank4jax.forward, static_argnums=2)  # one program per input shape (eager: one per op)
+
 
 def tiny_cfg(**kw):
     base = dict(vocab_size=6, n_tokens=2, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=2, dropout=0.0)
@@ -81,8 +83,8 @@ def test_pad_positions_never_reach_other_positions():
     changed = jax.tree_util.tree_map(lambda a: a, params)
     changed["embed"]["sem"] = params["embed"]["sem"].at[0].set(3.0)
     changed["embed"]["tmp"] = params["embed"]["tmp"].at[0].set(-2.0)
-    a = np.asarray(rank4jax.forward(params, inputs, cfg))
-    b = np.asarray(rank4jax.forward(changed, inputs, cfg))
+    a = np.asarray(_forward(params, inputs, cfg))
+    b = np.asarray(_forward(changed, inputs, cfg))
     for x, t in [(0, 0), (0, 1), (1, 1)]:
         np.testing.assert_allclose(a[0, x, t, 1:], b[0, x, t, 1:], rtol=1e-6, atol=1e-6)
     assert not np.allclose(a[0, 1, 0], b[0, 1, 0])  # the PAD position itself did change
@@ -93,7 +95,7 @@ def test_no_temporal_causal_mask():
     params = rank4jax.init_params(jax.random.key(2), cfg)
     a = jnp.array([[[4, 5], [2, 3]]])
     b = a.at[0, 1, 0].set(1)  # change a token of the last input slice
-    la, lb = rank4jax.forward(params, a, cfg), rank4jax.forward(params, b, cfg)
+    la, lb = _forward(params, a, cfg), _forward(params, b, cfg)
     assert np.max(np.abs(np.asarray(la[:, :, 0] - lb[:, :, 0]))) > 1e-4  # first slice changes
 
 
@@ -137,11 +139,12 @@ def test_losses_ignore_pad_and_last_slice_only():
 
 def test_forward_float64_follows_params():
     cfg = tiny_cfg()
+    init, forward = jax.jit(rank4jax.init_params, static_argnums=(1, 2)), _forward  # eager: a program per op
     with jax.enable_x64(True):
-        params = rank4jax.init_params(jax.random.key(0), cfg, dtype=jnp.float64)
-        logits = rank4jax.forward(params, jnp.array([[[4, 5], [2, 3]]]), cfg)
+        params = init(jax.random.key(0), cfg, jnp.float64)
+        logits = forward(params, jnp.array([[[4, 5], [2, 3]]]), cfg)
         assert logits.dtype == jnp.float64
-    logits32 = rank4jax.forward(rank4jax.init_params(jax.random.key(0), cfg), jnp.array([[[4, 5], [2, 3]]]), cfg)
+    logits32 = forward(init(jax.random.key(0), cfg, jnp.float32), jnp.array([[[4, 5], [2, 3]]]), cfg)
     assert logits32.dtype == jnp.float32
 
 
