@@ -7,15 +7,16 @@ import pytest
 
 import rank4jax
 from rank4jax.errors import ConfigError, DataError
+from tests.helpers import numpy_params
 
 
-def small_cfg():
+def small_cfg():  # parameters below: tests.helpers.numpy_params (the jax init compiles a program per shape)
     return rank4jax.Rank4Config(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=2)
 
 
 def test_export_names_shapes_and_exact_round_trip():
     cfg = small_cfg()
-    params = rank4jax.init_params(jax.random.key(0), cfg)
+    params = numpy_params(rank4jax.init_params, cfg)
     flat = rank4jax.export_params(params, cfg)
     assert flat["layers.1.attn.wq"].shape == (2, 2, 3, 2, 3)
     assert flat["layers.0.mlp.w1"].shape == (6, 24) and flat["final_ln.bias"].shape == (2, 3)
@@ -31,7 +32,7 @@ def test_export_names_shapes_and_exact_round_trip():
 def test_export_attention_layout_input_fiber_first():
     """wq[h, n_in, q_in, n_out, q_out] multiplies U[n_in, q_in] into Q[n_out, q_out]."""
     cfg = small_cfg()
-    params = rank4jax.init_params(jax.random.key(1), cfg)
+    params = numpy_params(rank4jax.init_params, cfg, seed=1)
     flat = rank4jax.export_params(params, cfg)
     u = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
     q_canonical = np.einsum("nq,nqmr->mr", u, flat["layers.0.attn.wq"][1])
@@ -41,7 +42,7 @@ def test_export_attention_layout_input_fiber_first():
 
 def test_import_rejects_missing_unexpected_and_misshaped():
     cfg = small_cfg()
-    flat = rank4jax.export_params(rank4jax.init_params(jax.random.key(0), cfg), cfg)
+    flat = rank4jax.export_params(numpy_params(rank4jax.init_params, cfg), cfg)
     missing = dict(flat)
     del missing["layers.1.mlp.b2"]
     with pytest.raises(DataError, match="missing array 'layers.1.mlp.b2'"):
@@ -56,7 +57,7 @@ def test_import_rejects_missing_unexpected_and_misshaped():
 
 def test_import_float64():
     cfg = small_cfg()
-    flat = rank4jax.export_params(rank4jax.init_params(jax.random.key(0), cfg), cfg)
+    flat = rank4jax.export_params(numpy_params(rank4jax.init_params, cfg), cfg)
     with jax.enable_x64(True):
         params = rank4jax.import_params(flat, cfg, dtype=jnp.float64)
         assert params["layers"][0]["attn"]["wk"].dtype == jnp.float64

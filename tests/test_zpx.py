@@ -98,7 +98,7 @@ def test_baseline_cached_decode_equals_full_recomputation_with_zpx():
     full causal pass over the same fed tokens."""
     with jax.enable_x64(True):
         cfg = baseline.BaselineConfig(**(SIZES | {"dt": 4}), score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
-        params = baseline.init_params(jax.random.key(0), cfg, jnp.float64)
+        params = numpy_params(baseline.init_params, cfg, jnp.float64)  # numpy: nothing to compile
         out = jax.jit(baseline.decode, static_argnums=2)(params, _windows(), cfg)  # one compile, not op by op
         full = jax.jit(baseline.full_logits, static_argnums=3)(params, out, out["fed"], cfg)
         np.testing.assert_allclose(out["logits"], full, rtol=0, atol=1e-10)
@@ -142,7 +142,7 @@ def test_zpx_config_errors():
 
 def test_export_round_trip_includes_the_encoder():
     cfg = rank4.Rank4Config(**SIZES, score=zpx.ZPXConfig(score="zpx_angle_sphere", channels=3))
-    params = rank4.init_params(jax.random.key(0), cfg)
+    params = numpy_params(rank4.init_params, cfg)
     flat = rank4.export_params(params, cfg)
     assert flat["layers.1.zpx.w_theta"].shape == (cfg.width, 3)
     back = rank4.import_params(flat, cfg)
