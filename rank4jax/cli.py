@@ -148,7 +148,6 @@ def stop_on_signals(what: str):
         name = signal.Signals(received[0]).name
         say(f"stopped: {name} during {what}; no report was written after it")
         sys.stdout.flush()
-        sys.stderr.flush()
         # os._exit, not sys.exit: the libraries' worker threads (XLA, tensorstore) may still be
         # running, and interpreter shutdown under them can crash; there is nothing left to save
         os._exit(SIGNAL_STATUS[name])

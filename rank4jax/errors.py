@@ -6,6 +6,8 @@ entry points print that message and exit non-zero without a stack trace; anythin
 and keeps its traceback.
 """
 
+import sys
+
 
 class UserError(Exception):
     """A problem with the user's input, reported as one clear message."""
@@ -55,7 +57,5 @@ def say(line: str) -> None:
     """Write one message line to stderr in a single call and flush it. ``print`` writes the text and
     its newline separately, so a signal handled between the two (Ctrl-C during a warning) glued the
     next message onto the unfinished line."""
-    import sys
-
     sys.stderr.write(f"{line}\n")
     sys.stderr.flush()

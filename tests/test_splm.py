@@ -54,7 +54,8 @@ def test_gaussian_force_is_minus_the_gradient_and_v_is_bounded():
         params["potential"] = jax.tree_util.tree_map(
             lambda p: p + 0.3 * noise.standard_normal(p.shape), params["potential"]
         )
-        h = jnp.asarray(2.0 * np.random.default_rng(3).standard_normal((2, 9, cfg.width)))
+        h_np = 2.0 * np.random.default_rng(3).standard_normal((2, 9, cfg.width))
+        h = jnp.asarray(h_np)
         # jitted (eager, every primitive compiles on its own); force and gradient in separate programs
         force = jax.jit(splm.force, static_argnums=(2, 3))
         value = jax.jit(splm.potential_value, static_argnums=(2, 3))
@@ -65,7 +66,7 @@ def test_gaussian_force_is_minus_the_gradient_and_v_is_bounded():
             f, g = np.asarray(force(params, h, layer, cfg)), np.asarray(minus_grad(h, layer))  # numpy from here
             assert float(np.max(np.abs(f - g)) / np.max(np.abs(g))) <= 1e-10
         for scale in (0.0, 1e-3, 1e3, 1e8):
-            v = np.asarray(value(params, jnp.asarray(scale * np.asarray(h)), 0, cfg))
+            v = np.asarray(value(params, jnp.asarray(scale * h_np), 0, cfg))
             assert float(v.min()) >= -cfg.xi_channels and float(v.max()) <= 0.0
             assert bool(np.all(np.isfinite(v)))
 
