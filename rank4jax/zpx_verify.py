@@ -37,12 +37,12 @@ TOLERANCES = {
 }
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _geometry_arrays(key: jax.Array, dtype, channels: int) -> dict:
+@functools.partial(jax.jit, static_argnums=1)
+def _geometry_arrays(key: jax.Array, dtype) -> dict:
     """The arrays checks 1, 2, 3 and 5 measure, as one program (eager, each operation would compile
     its own): the phase encoding of random h, the angle scores before and after a global phase
     rotation, the radii before and after a complex rotation, the matmul and direct scores."""
-    batch, length, width = 2, 16, 32
+    batch, length, width, channels = 2, 16, 32, 8
     k_h, k_enc = jax.random.split(key)
     h = jax.random.normal(k_h, (batch, length, width), dtype)
     cfg = zpx.ZPXConfig(score="zpx_angle_sphere", channels=channels)
@@ -66,7 +66,7 @@ def _geometry_arrays(key: jax.Array, dtype, channels: int) -> dict:
 
 def geometry_checks(dtype=jnp.float32, seed: int = 0) -> dict:
     """The numeric checks 1–5; every value is an error (smaller is better)."""
-    a = {k: np.asarray(v) for k, v in _geometry_arrays(jax.random.key(seed), jnp.dtype(dtype), 8).items()}
+    a = {k: np.asarray(v) for k, v in _geometry_arrays(jax.random.key(seed), jnp.dtype(dtype)).items()}
     out = {"sphere_norm_error": float(np.max(np.abs(a["sphere_norm"] - 1.0)))}
     out["angle_rotation_invariance_error"] = float(np.max(np.abs(a["angle_scores"] - a["rotated_angle_scores"])))
     out["rotation_radius_relative_error"] = float(np.max(np.abs(a["r2"] - a["rotated_r2"])) / np.max(a["r2"]))

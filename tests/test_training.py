@@ -172,17 +172,17 @@ def test_a_later_run_in_the_process_reuses_the_compiled_programs(tmp_path):
 
     train(tiny_config(seed=7), str(tmp_path / "first"))
     hits = run_programs.cache_info().hits
-    compiles, listening = [], [True]
+    compiles = []
 
     def listener(event, duration, **kwargs):
-        if listening[0] and event == "/jax/core/compile/backend_compile_duration":
+        if event == "/jax/core/compile/backend_compile_duration":
             compiles.append(kwargs.get("fun_name", "?"))
 
     jax.monitoring.register_event_duration_secs_listener(listener)
     try:
         summary = train(tiny_config(seed=8), str(tmp_path / "second"))
     finally:
-        listening[0] = False
+        jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
     assert run_programs.cache_info().hits == hits + 1
     assert summary["step"] == 6 and summary["compiled_train_step"]["compiled_shapes"] >= 1
