@@ -1,5 +1,5 @@
-"""Test setup: two simulated CPU devices (set before jax initialises its backend), one fresh JAX
-persistent compilation cache per test session, and tiny trained runs shared by the tests that only
+"""Test setup: two simulated CPU devices (set before jax initialises its backend), a JAX persistent
+compilation cache kept between test sessions, and tiny trained runs shared by the tests that only
 read them (session-scoped: one per xdist worker).
 
 The compilation cache is a directory of XLA executables keyed by the program: the many tests that
@@ -18,19 +18,22 @@ invalidates every program that contains it, so a rerun after one lands in betwee
 entry by the program, the compile options, XLA's flags and the jax/jaxlib versions, so a stale entry
 is never used. ``RANK4JAX_TEST_CACHE=fresh`` runs on an empty cache removed at the end (what CI's clean
 checkout does anyway); ``RANK4JAX_TEST_CACHE=<dir>`` keeps one elsewhere. A failed session empties the
-kept cache, so a rerun compiles everything afresh (JAX writes entries in place: a process killed while
-writing one leaves a damaged entry that later reads skip with a warning and never replace), and a
-cache grown past KEPT_CACHE_LIMIT is emptied before a session starts.
+kept cache (removes the files JAX wrote there, nothing else), so a rerun compiles everything afresh:
+JAX writes entries in place, and a process killed while writing one leaves a damaged entry that later
+reads skip with a warning and never replace. A cache grown past KEPT_CACHE_LIMIT is emptied before a
+session starts.
 """
 
 import os
+import pathlib
 import shutil
 import tempfile
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
 SUBPROCESS_XLA_FLAGS = ""  # one CPU device: the command lines run as a user runs them
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-KEPT_CACHE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".jax-test-cache")
+KEPT_CACHE = REPO / ".jax-test-cache"
 KEPT_CACHE_LIMIT = 512 * 2**20  # bytes; a full session adds about 25 MB (about 450 entries)
 _CHOICE = "RANK4JAX_TEST_CACHE"  # unset: KEPT_CACHE; "fresh": an empty cache removed at the end; or a dir
 _OWNER = "RANK4JAX_TEST_CACHE_OWNER"  # the pid of the process that set the cache up (this file may be
@@ -38,19 +41,25 @@ _OWNER = "RANK4JAX_TEST_CACHE_OWNER"  # the pid of the process that set the cach
 _FRESH = "RANK4JAX_TEST_CACHE_FRESH"  # "1" when the session's cache is its own, removed at the end
 
 
-def _cache_bytes(path: str) -> int:
+def _entries(path: str) -> list[os.DirEntry]:
+    """The files JAX's cache wrote in ``path`` (nothing else there is touched)."""
     with os.scandir(path) as entries:
-        return sum(e.stat().st_size for e in entries if e.is_file())
+        return [e for e in entries if e.is_file() and e.name.endswith(("-cache", "-atime"))]
+
+
+def _empty(path: str) -> None:
+    for entry in _entries(path):
+        os.remove(entry.path)
 
 
 def _session_cache() -> str:
     """The cache directory for this session (the controller's choice; workers and subprocesses inherit it)."""
-    choice = os.environ.get(_CHOICE) or KEPT_CACHE
+    choice = os.environ.get(_CHOICE) or str(KEPT_CACHE)
     os.environ[_FRESH] = "1" if choice == "fresh" else ""
     if choice == "fresh":
         return tempfile.mkdtemp(prefix="rank4jax-test-jax-cache-")
-    if os.path.isdir(choice) and _cache_bytes(choice) > KEPT_CACHE_LIMIT:
-        shutil.rmtree(choice, ignore_errors=True)  # start afresh rather than grow without bound
+    if os.path.isdir(choice) and sum(e.stat().st_size for e in _entries(choice)) > KEPT_CACHE_LIMIT:
+        _empty(choice)  # start afresh rather than grow without bound
     os.makedirs(choice, exist_ok=True)
     return choice
 
@@ -61,19 +70,19 @@ if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_OWNER) != str(os.
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"  # not the many tiny eager-op programs
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
-import pathlib  # noqa: E402
-
 import pytest  # noqa: E402
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_CLOZE = REPO.parent / "shared" / "data" / "storycloze_val_2016.csv"
 
 
 def pytest_sessionfinish(session, exitstatus):
     """The controller removes a fresh cache, and empties a kept one after a failed session."""
     if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_OWNER) == str(os.getpid()):
-        if os.environ.get(_FRESH) or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-            shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+        cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
+        if os.environ.get(_FRESH):
+            shutil.rmtree(cache, ignore_errors=True)
+        elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and os.path.isdir(cache):
+            _empty(cache)
 
 
 @pytest.fixture
