@@ -38,7 +38,6 @@ KEPT_CACHE_LIMIT = 512 * 2**20  # bytes; a full session adds about 25 MB (about 
 _CHOICE = "RANK4JAX_TEST_CACHE"  # unset: KEPT_CACHE; "fresh": an empty cache removed at the end; or a dir
 _OWNER = "RANK4JAX_TEST_CACHE_OWNER"  # the pid of the process that set the cache up (this file may be
 # imported twice in it: as pytest's conftest and as tests.conftest by the test modules)
-_FRESH = "RANK4JAX_TEST_CACHE_FRESH"  # "1" when the session's cache is its own, removed at the end
 
 
 def _entries(path: str) -> list[os.DirEntry]:
@@ -55,7 +54,6 @@ def _empty(path: str) -> None:
 def _session_cache() -> str:
     """The cache directory for this session (the controller's choice; workers and subprocesses inherit it)."""
     choice = os.environ.get(_CHOICE) or str(KEPT_CACHE)
-    os.environ[_FRESH] = "1" if choice == "fresh" else ""
     if choice == "fresh":
         return tempfile.mkdtemp(prefix="rank4jax-test-jax-cache-")
     if os.path.isdir(choice) and sum(e.stat().st_size for e in _entries(choice)) > KEPT_CACHE_LIMIT:
@@ -79,7 +77,7 @@ def pytest_sessionfinish(session, exitstatus):
     """The controller removes a fresh cache, and empties a kept one after a failed session."""
     if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_OWNER) == str(os.getpid()):
         cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
-        if os.environ.get(_FRESH):
+        if os.environ.get(_CHOICE) == "fresh":
             shutil.rmtree(cache, ignore_errors=True)
         elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and os.path.isdir(cache):
             _empty(cache)
