@@ -12,9 +12,9 @@ gradients by an ulp (40 of 62 arrays of a probe differed from the default level'
 compile as the product does.
 
 The cache is kept between sessions in ``.jax-test-cache/`` (git-ignored, machine-local): a program
-that no change touched is loaded, not compiled, on the next ``make test`` (measured back to back on
-this 2-core machine: 728 s with an empty cache, 266 s with the one it left; a change to the model
-invalidates every program that contains it, so a rerun after one lands in between). JAX keys each
+that no change touched is loaded, not compiled, on the next ``make test`` (README: Tests gives the
+times with an empty and a kept cache; a change to the model invalidates every program that contains
+it). JAX keys each
 entry by the program, the compile options, XLA's flags and the jax/jaxlib versions, so a stale entry
 is never used. ``RANK4JAX_TEST_CACHE=fresh`` runs on an empty cache removed at the end (what CI's clean
 checkout does anyway); ``RANK4JAX_TEST_CACHE=<dir>`` keeps one elsewhere. A failed session empties the
@@ -73,14 +73,17 @@ import pytest  # noqa: E402
 SHARED_CLOZE = REPO.parent / "shared" / "data" / "storycloze_val_2016.csv"
 
 
+def _close_cache(cache: str, exitstatus: int) -> None:
+    """A fresh cache is removed; a kept one is emptied after a failed session."""
+    if os.environ.get(_CHOICE) == "fresh":
+        shutil.rmtree(cache, ignore_errors=True)
+    elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and os.path.isdir(cache):
+        _empty(cache)
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """The controller removes a fresh cache, and empties a kept one after a failed session."""
     if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_OWNER) == str(os.getpid()):
-        cache = os.environ["JAX_COMPILATION_CACHE_DIR"]
-        if os.environ.get(_CHOICE) == "fresh":
-            shutil.rmtree(cache, ignore_errors=True)
-        elif exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and os.path.isdir(cache):
-            _empty(cache)
+        _close_cache(os.environ["JAX_COMPILATION_CACHE_DIR"], exitstatus)  # the controller's
 
 
 @pytest.fixture
