@@ -18,6 +18,7 @@ JAX_FILES = ["jit_step-ab12-cache", "jit_step-ab12-atime"]
 
 
 def test_a_kept_cache_is_reused_and_emptied_only_past_its_limit(tmp_path, monkeypatch):
+    assert conftest.KEPT_CACHE == conftest.REPO / ".jax-test-cache"
     cache = tmp_path / "cache"
     _fill(cache, [*JAX_FILES, "notes.txt"])
     monkeypatch.setenv(conftest._CHOICE, str(cache))
@@ -26,8 +27,10 @@ def test_a_kept_cache_is_reused_and_emptied_only_past_its_limit(tmp_path, monkey
     monkeypatch.setattr(conftest, "KEPT_CACHE_LIMIT", 15)  # the two JAX files hold 16 bytes
     assert conftest._session_cache() == str(cache)
     assert os.listdir(cache) == ["notes.txt"]  # emptied of JAX's files, nothing else
+    default = tmp_path / "default"  # not the real one: other tests are using it
+    monkeypatch.setattr(conftest, "KEPT_CACHE", default)
     monkeypatch.delenv(conftest._CHOICE)
-    assert conftest._session_cache() == str(conftest.KEPT_CACHE)  # the default: in the repository
+    assert conftest._session_cache() == str(default) and default.is_dir()  # unset: the kept cache
 
 
 @pytest.mark.parametrize(
