@@ -79,5 +79,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval_every = 250
     c.checkpoint_every = 500
     c.keep_checkpoints = 2
+    # Stop after this many validations without improvement of the selection loss (0 = off); every
+    # validated step is then checkpointed, so a resumed run stops at the same step.
+    c.early_stop_patience = 0
     c.progress_bar = True
     return c

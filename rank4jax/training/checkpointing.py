@@ -133,6 +133,11 @@ class RunCheckpoints:
         best = self.manager.best_step()
         return self.latest_step() if best is None else best
 
+    def best_metric(self) -> tuple[int, float] | None:
+        """(step, validation window loss) of the best checkpoint that carries one, else None."""
+        best = self.manager.best_step()
+        return None if best is None else (best, float(self.manager.metrics(best)[BEST_METRIC]))
+
     def reached_preemption(self, step: int) -> bool:
         """True at the step every process of a multi-process run agreed to stop at after a
         preemption notice (SIGTERM to any process; JAX's preemption sync point, through orbax).

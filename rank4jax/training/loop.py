@@ -33,6 +33,7 @@ from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
 from rank4jax.training.checkpointing import BEST_METRIC, RunCheckpoints, first_readable, with_shardings
 from rank4jax.training.data_setup import prepare_data, validation_windows
+from rank4jax.training.early_stopping import EarlyStopping
 from rank4jax.training.evaluation import evaluate_windows
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
 from rank4jax.training.programs import batches_key, optim_key, run_programs
@@ -228,13 +229,18 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         writer = stack.enter_context(MetricsWriter(workdir, enabled=is_main))
         saved_config = to_json_dict(config) | {FINGERPRINT_KEY: fingerprint}
         start = int(jax.device_get(state.step))
-        if start == 0:
+        patience = config.get("early_stop_patience", 0)
+        early = EarlyStopping.resume(patience, ckpt.best_metric() if patience else None, start, config.eval_every)
+        end = start if early.stopped else config.num_steps  # a run that stopped early trains no further
+        if early.stopped:
+            log(f"rank4jax: {workdir} stopped early at step {start} (best step {early.best_step}); nothing to train")
+        elif start == 0:
             log(f"rank4jax: {family.name} model, {n_params:,} parameters; data {json.dumps(data.summary())}")
             log(f"rank4jax: mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices")
         else:
             log(f"rank4jax: resuming {workdir} from step {start}")
         next_batch = None
-        if start < config.num_steps:  # compile ahead of time on the first batch, before the loop
+        if start < end:  # compile ahead of time on the first batch, before the loop
             next_batch = sharding.put_batch(next(train_iter), batch_sharding)
             train_step.compile(state, next_batch)
             log(f"rank4jax: compiled train step ({layout.name} batches): {describe_memory(train_step.peak_memory())}")
@@ -262,7 +268,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
             dynamic_ncols=True,
         )
         with StopRequest(enabled=jax.process_count() == 1) as stop, bar:
-            for step in range(start + 1, config.num_steps + 1):
+            for step in range(start + 1, end + 1):
                 batch = next_batch if next_batch is not None else sharding.put_batch(next(train_iter), batch_sharding)
                 next_batch = None
                 state, metrics = train_step(state, batch)
@@ -273,13 +279,15 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                 if ckpt.reached_preemption(step):  # every process of a multi-process run, same step
                     stop.signal = stop.signal or signal.SIGTERM
                 is_last = step == config.num_steps
-                checkpoint_now = step % config.checkpoint_every == 0 or is_last
+                validate_now = (step % config.eval_every == 0 or is_last) and not stop.signal
+                # with early stopping every validated step is checkpointed (its state resumes from them)
+                checkpoint_now = step % config.checkpoint_every == 0 or is_last or (patience and validate_now)
                 if step % config.log_every == 0 or step % config.eval_every == 0 or is_last or stop.signal:
                     record = _flush_train_metrics(pending, step, t_last, config.batch_size, resumed_at=start)
                     writer.write(record)
                     bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
                     pending, t_last = [], time.perf_counter()
-                if (step % config.eval_every == 0 or is_last) and not stop.signal:
+                if validate_now:
                     last_val = evaluate_and_log(step)
                     v = last_val
                     log_line(
@@ -287,6 +295,11 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                         f"LS(T) {v['last_slice_ce']:.4f}, token acc {v['token_accuracy']:.3f}"
                     )
                     t_last = time.perf_counter()
+                    if early.update(step, v["window_ce"]):
+                        log_line(
+                            f"step {step}: stopping early: no improvement of the validation {family.selection_loss} "
+                            f"in {patience} validations (best {early.best:.4f} at step {early.best_step})"
+                        )
                 if stop.signal:
                     # preemption: save now, no validation pass. Saved without a metric, the step is
                     # never the best one; a resumed run validates at its next eval_every boundary.
@@ -295,6 +308,8 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
                     break
                 if checkpoint_now:
                     ckpt.save(step, state, train_iter, saved_config, tokenizer, {BEST_METRIC: last_val["window_ce"]})
+                if early.stopped:
+                    break
             ckpt.wait_until_finished()  # a second signal while this runs is only noted
         final_step = int(jax.device_get(state.step))
         best = ckpt.best_step()
@@ -317,6 +332,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, *, hooks=()) -> dict:
         "step": final_step,
         "best_step": best,
         "interrupted": interrupted,
+        "early_stopped": early.stopped,  # stopped by early_stop_patience before num_steps
         "wall_time_s": elapsed,
         "wall_time_total_s": previous_s + elapsed,  # across resumptions
         "final_validation": last_val if ran else previous.get("final_validation"),

@@ -38,7 +38,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)
-    for name in ("trim_padding_multiple", "compact_buckets"):
+    for name in ("trim_padding_multiple", "compact_buckets", "early_stop_patience"):
         value = config.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be a non-negative integer (0 = off), got {value!r}")
