@@ -16,7 +16,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
-from rank4jax.training.compare import compare
+from rank4jax.experiments.compare import compare
 
 with config_flag_errors():
     _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/storycloze.py", "Rank-4 run config.")

@@ -26,7 +26,7 @@ from absl import app, flags, logging  # noqa: E402
 
 from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals  # noqa: E402
 from rank4jax.errors import say  # noqa: E402
-from rank4jax.training.eval_run import evaluate_run  # noqa: E402
+from rank4jax.evaluation.report import evaluate_run  # noqa: E402
 from rank4jax.training.metrics import plot_curves  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")

@@ -15,7 +15,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
-from rank4jax.training.splm_report import run_report
+from rank4jax.experiments.splm_report import run_report
 
 with config_flag_errors():
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/splm.py", "Base SPLM run config.")

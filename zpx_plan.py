@@ -18,8 +18,8 @@ from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
 from rank4jax.errors import ConfigError
+from rank4jax.experiments.zpx_plan import run_plan, run_seeds
 from rank4jax.training.run_config import model_section
-from rank4jax.training.zpx_plan import run_plan, run_seeds
 
 with config_flag_errors():
     _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/default.py", "Rank-4 run config.")

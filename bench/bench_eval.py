@@ -23,14 +23,14 @@ import jax
 import numpy as np
 
 from bench.common import interleaved_medians
+from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.evaluation.evaluators import Evaluators
+from rank4jax.evaluation.report import evaluate_run
+from rank4jax.runs import restore_run
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
-from rank4jax.training.checkpointing import RunCheckpoints, describe_run, with_shardings
 from rank4jax.training.data_setup import prepare_split
-from rank4jax.training.eval_run import evaluate_run
-from rank4jax.training.evaluation import evaluate_windows
-from rank4jax.training.state import make_optimizer
-from rank4jax.training.steps import jit_eval_step, jit_train_step
+from rank4jax.training.programs import build_programs, optim_key
 
 
 def main():
@@ -42,20 +42,20 @@ def main():
     ap.add_argument("--rollout_steps", type=int, default=3)
     args = ap.parse_args()
 
+    mesh = sharding.make_mesh(1, 1)
+
+    def place(run):
+        params = run.abstract_state.params
+        return sharding.with_shardings(params, sharding.state_shardings(mesh, params))
+
     with RunCheckpoints(args.workdir, read_only=True) as ckpt:
-        run = describe_run(ckpt, args.step)
-        config, family, model_cfg = run.config, run.family, run.model_cfg
-        _, window_set, _ = prepare_split(config, run.tokenizer, args.split)
-        mesh = sharding.make_mesh(1, 1)
-        replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-        state_sharding = sharding.state_shardings(mesh, run.abstract_state)
-        state = ckpt.restore_state(run.step, with_shardings(run.abstract_state, state_sharding))
-    windows = window_set.windows
+        run, params = restore_run(ckpt, args.step, place)
+    config, family, model_cfg = run.config, run.family, run.model_cfg
+    windows = prepare_split(config, run.tokenizer, args.split)[1].windows
     layout = batch_layout(config, family, model_cfg, groups=1)
-    optimizer = make_optimizer(config.optim)
-    state = state.replace(opt_state=optimizer.init(state.params))
-    train_step = jit_train_step(family, model_cfg, optimizer, state_sharding, batch_sharding, replicated)
-    eval_step = jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated)
+    programs = build_programs(family, model_cfg, optim_key(config.optim), mesh)
+    batch_sharding, train_step = programs.batch_sharding, programs.train_step
+    state = programs.init(jax.random.key(0)).replace(params=params)  # fresh optimiser moments
     n_train = len(windows) - len(windows) % config.batch_size
     train_batches = [
         sharding.put_batch(layout(windows[i : i + config.batch_size]), batch_sharding)
@@ -73,7 +73,7 @@ def main():
     def eval_pass(use_layout) -> float:
         start = time.perf_counter()
         params = run_state["state"].params  # the training step donates its input state
-        evaluate_windows(eval_step, params, windows, config.eval_batch_size, batch_sharding, use_layout)
+        Evaluators(programs, config.eval_batch_size, use_layout).windows(params, windows)
         return time.perf_counter() - start
 
     runners = {

@@ -14,17 +14,14 @@ import os
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
 
 import argparse  # noqa: E402
-import functools  # noqa: E402
 
 import jax  # noqa: E402
-import optax  # noqa: E402
 
 import rank4jax  # noqa: E402
 from bench.common import interleaved_medians, run_steps, step_timer, synthetic_windows  # noqa: E402
 from rank4jax.models.family import RANK4  # noqa: E402
 from rank4jax.training import sharding  # noqa: E402
-from rank4jax.training.state import create_train_state  # noqa: E402
-from rank4jax.training.steps import jit_train_step  # noqa: E402
+from rank4jax.training.programs import build_programs  # noqa: E402
 
 MESHES = {"1 device": (1, 1), "data=2": (2, 1), "model=2": (1, 2)}
 
@@ -37,18 +34,14 @@ def main():
     cfg = rank4jax.Rank4Config(vocab_size=4000, n_tokens=16, n_slices=4, dx=16, dt=8, n_heads=2, n_layers=2)
     batch = 32
     windows = synthetic_windows(batch, cfg.n_slices, cfg.n_tokens, cfg.vocab_size)
-    optimizer = optax.adamw(3e-4, weight_decay=0.01)
-    init_fn = functools.partial(create_train_state, family=RANK4, model_cfg=cfg, optimizer=optimizer)
-    abstract = jax.eval_shape(init_fn, jax.random.key(0))
+    optim = (("b1", 0.9), ("b2", 0.999), ("eps", 1e-8), ("grad_clip_norm", 0.0), ("learning_rate", 3e-4))
+    optim += (("warmup_steps", 0), ("weight_decay", 0.01))  # AdamW as the training configs build it
     runs = {}
     for name, (data, model) in MESHES.items():
         mesh = sharding.make_mesh(data, model)
-        shardings = sharding.state_shardings(mesh, abstract)
-        state = jax.jit(init_fn, out_shardings=shardings)(jax.random.key(0))
-        step = jit_train_step(
-            RANK4, cfg, optimizer, shardings, sharding.batch_sharding(mesh), sharding.replicated(mesh)
-        )
-        placed = sharding.put_batch(windows, sharding.batch_sharding(mesh))
+        programs = build_programs(RANK4, cfg, optim, mesh)
+        state, step = programs.init(jax.random.key(0)), programs.train_step
+        placed = sharding.put_batch(windows, programs.batch_sharding)
         _, state = run_steps(step, state, placed, 2)  # compile + warm-up
         runs[name] = {"step": step, "state": state, "batch": placed}
 

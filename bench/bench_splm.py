@@ -14,8 +14,8 @@ import argparse
 
 from bench.common import compiled_train_step, interleaved_medians, run_steps, step_timer, synthetic_windows
 from configs import splm as splm_config
+from rank4jax.experiments.splm_report import matched_configs
 from rank4jax.models.family import get_family
-from rank4jax.training.splm_report import matched_configs
 
 SIZES = {"builtin": dict(vocab_size=147, n_tokens=12), "rocstories": dict(vocab_size=14171, n_tokens=16)}
 

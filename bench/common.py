@@ -13,8 +13,8 @@ import numpy as np
 import optax
 
 from rank4jax.models.family import RANK4
+from rank4jax.training.programs import train_step
 from rank4jax.training.state import create_train_state
-from rank4jax.training.steps import train_step
 
 
 def synthetic_windows(batch: int, n_slices: int, n_tokens: int, vocab: int, pad_tail: int = 3, seed: int = 0):
@@ -30,7 +30,7 @@ def real_windows(batch: int, n_tokens: int, n_slices: int, vocab: int, seed: int
     """``batch`` training windows of real sentences at N, T: Story Cloze (``configs/storycloze.py``'s
     data) when ``../shared/data`` is present, else the built-in corpus. Ids ≥ ``vocab`` become UNK."""
     from configs import default, storycloze
-    from rank4jax.data.tokenizers import UNK_ID
+    from rank4jax.tokens import UNK_ID
     from rank4jax.training.data_setup import prepare_data
 
     config = storycloze.get_config()

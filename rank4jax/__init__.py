@@ -7,6 +7,8 @@ Public API (SPEC §11)::
     logits = rank4jax.forward(params, inputs, cfg)          # inputs (B, T, N) → (B, N, T, V)
     metrics = rank4jax.window_losses(logits, targets)      # targets (B, T, N)
     flat = rank4jax.export_params(params, cfg); params = rank4jax.import_params(flat, cfg)
+    run = rank4jax.load_run("runs/default")                 # a trained run: params, model_cfg, tokenizer, …
+    logits = rank4jax.forward(run.params, inputs, run.model_cfg)
 """
 
 from rank4jax.models.rank4 import (
@@ -19,6 +21,15 @@ from rank4jax.models.rank4 import (
     window_losses,
 )
 
+
+def __getattr__(name):  # load_run pulls in orbax and the trainer: imported on first use only
+    if name == "load_run":
+        from rank4jax.runs import load_run
+
+        return load_run
+    raise AttributeError(f"module 'rank4jax' has no attribute {name!r}")
+
+
 __all__ = [
     "Rank4Config",
     "count_params",
@@ -26,6 +37,7 @@ __all__ = [
     "forward",
     "import_params",
     "init_params",
+    "load_run",
     "window_losses",
 ]
 __version__ = "0.1.0"

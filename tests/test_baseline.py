@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import rank4jax
+from rank4jax.evaluation.report import evaluate_run
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
-from rank4jax.training.eval_run import evaluate_run
 from rank4jax.training.loop import train
 from tests.helpers import numpy_params, tiny_config
 
@@ -102,7 +102,7 @@ def test_baseline_trains_and_evaluates_through_the_shared_loop(tmp_path):
 def test_compare_writes_a_table_over_the_same_tokens(tmp_path):
     import json
 
-    from rank4jax.training.compare import compare
+    from rank4jax.experiments.compare import compare
 
     rank4 = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2)
     base = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2, **{"model_family": "baseline"})
@@ -117,7 +117,7 @@ def test_compare_refuses_configs_with_different_windows(tmp_path):
     import pytest
 
     from rank4jax.errors import ConfigError
-    from rank4jax.training.compare import compare
+    from rank4jax.experiments.compare import compare
 
     base = tiny_config(**{"model_family": "baseline", "model.n_tokens": 6})
     with pytest.raises(ConfigError, match="model.n_tokens"):

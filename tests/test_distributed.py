@@ -12,7 +12,8 @@ import time
 import jax
 import numpy as np
 
-from rank4jax.training.checkpointing import RunCheckpoints, restore_params_numpy
+from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.runs import load_run
 from rank4jax.training.loop import train
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 from tests.helpers import tiny_config
@@ -76,8 +77,8 @@ def test_two_process_run_matches_one_process_restores_and_resumes_in_one(tmp_pat
     # (the same global batches: each process takes its half of every global batch)
     with RunCheckpoints(str(tmp_path / "two")) as ckpt:
         assert ckpt.all_steps() == [2, 4]
-    two, *_ = restore_params_numpy(str(tmp_path / "two"), "latest")
-    one, *_ = restore_params_numpy(str(tmp_path / "one"), "latest")
+    two = load_run(str(tmp_path / "two"), "latest").params
+    one = load_run(str(tmp_path / "one"), "latest").params
     assert single["step"] == STEPS
     for a, b in zip(jax.tree_util.tree_leaves(two), jax.tree_util.tree_leaves(one), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
@@ -85,8 +86,8 @@ def test_two_process_run_matches_one_process_restores_and_resumes_in_one(tmp_pat
     # two more steps on each equal each other
     for name in ("two", "one"):
         assert train(tiny_config(num_steps=STEPS + 2, **{"mesh.data": 1}), str(tmp_path / name))["step"] == STEPS + 2
-    two, *_ = restore_params_numpy(str(tmp_path / "two"), "latest")
-    one, *_ = restore_params_numpy(str(tmp_path / "one"), "latest")
+    two = load_run(str(tmp_path / "two"), "latest").params
+    one = load_run(str(tmp_path / "one"), "latest").params
     for a, b in zip(jax.tree_util.tree_leaves(two), jax.tree_util.tree_leaves(one), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
@@ -110,5 +111,5 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
     assert 40 <= step < 100_000
     with RunCheckpoints(str(tmp_path)) as ckpt:
         assert ckpt.all_steps() == [step] and not ckpt.manager.metrics(step)  # never the best step
-    params, *_ = restore_params_numpy(str(tmp_path), "latest")
+    params = load_run(str(tmp_path), "latest").params
     assert all(np.isfinite(x).all() for x in jax.tree_util.tree_leaves(params))

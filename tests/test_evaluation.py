@@ -16,11 +16,11 @@ import pytest
 import rank4jax
 from rank4jax.data.windows import cloze_windows
 from rank4jax.errors import ConfigError
+from rank4jax.evaluation.evaluators import cloze_scores, other_contexts, rollout
+from rank4jax.evaluation.report import evaluate_run, report_stem
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
-from rank4jax.training.checkpointing import restore_params_numpy
-from rank4jax.training.eval_run import evaluate_run, report_stem
-from rank4jax.training.evaluation import cloze_scores, make_scorers, other_contexts, rollout
+from rank4jax.runs import load_run
 from rank4jax.training.loop import train
 from tests.conftest import REPO
 from tests.helpers import numpy_params
@@ -66,6 +66,14 @@ def _rollout_one_story(predict_and_score, score, params, states, n_steps):
         predictions.append(predicted)
         window = np.concatenate([window[1:], predicted[None]])
     return np.stack(predictions), ces
+
+
+def make_scorers(family, cfg):
+    """The family's (predict_and_score, score), jitted for float64 parameters on one device."""
+    return (
+        jax.jit(lambda p, w: family.predict_and_score(p, w, cfg)),
+        jax.jit(lambda p, w: family.last_slice_ce(p, w, cfg)),
+    )
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["rank4", "baseline"])
@@ -149,7 +157,8 @@ def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path
     report = evaluate_run(str(tiny_run_copy), split="all", data_path=str(path), num_examples=1, rollout_steps=0)
     assert report["stories"] == report["windows"] == report["cloze_stories"] == 5
     # the accuracy, recomputed story by story with the restored parameters
-    params, config, tokenizer, _ = restore_params_numpy(str(tiny_run_copy))
+    run = load_run(str(tiny_run_copy))
+    params, config, tokenizer = run.params, run.config, run.tokenizer
     cfg = RANK4.make_config(config.model, tokenizer.vocab_size)
     from rank4jax.data.readers import read_stories
 
@@ -212,7 +221,7 @@ def test_rocstories_configs_share_windows_and_match_parameters():
         pytest.skip(f"shared ROCStories data not found at {SHARED_ROC} (present in CI, absent on a fresh clone)")
     from configs import baseline_rocstories, rocstories
     from rank4jax.data import tokenizers, windows
-    from rank4jax.training.compare import _check_same_windows
+    from rank4jax.experiments.compare import _check_same_windows
     from rank4jax.training.data_setup import load_stories
     from rank4jax.training.run_config import tokenizer_options
 

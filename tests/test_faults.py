@@ -18,10 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rank4jax.checkpoint import damage, storage
+from rank4jax.checkpoint.damage import CheckpointDamaged
 from rank4jax.errors import CheckpointError, TrainingDivergedError, WorkdirBusyError, WorkdirError
-from rank4jax.training import checkpointing, loop, workdir_lock
-from rank4jax.training.checkpointing import CheckpointDamaged, restore_params_numpy
-from rank4jax.training.eval_run import evaluate_run
+from rank4jax.evaluation.report import evaluate_run
+from rank4jax.runs import describe_run, load_run
+from rank4jax.training import output, workdir_lock
 from rank4jax.training.loop import train
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 from tests.helpers import tiny_config
@@ -129,13 +131,13 @@ def _truncate(path):  # to 16 bytes: every array's data is cut (half a file may 
 
 
 def _params(workdir, step):
-    return restore_params_numpy(str(workdir), step)[0]
+    return load_run(str(workdir), step).params
 
 
 def restore_state_numpy(workdir, step):
     """The whole train state of a checkpoint (with its own optimiser structure)."""
-    with checkpointing.RunCheckpoints(str(workdir), read_only=True) as ckpt:
-        run = checkpointing.describe_run(ckpt, step)
+    with storage.RunCheckpoints(str(workdir), read_only=True) as ckpt:
+        run = describe_run(ckpt, step)
         return ckpt.restore_state(step, run.abstract_state)
 
 
@@ -191,16 +193,16 @@ def test_no_readable_checkpoint_is_one_error_and_nothing_moves(tiny_run_copy):
 
 def test_eval_survives_the_step_being_deleted_while_it_reads(tiny_run_copy, monkeypatch, capsys):
     """A training run's keep policy deletes the step eval is reading: it takes the next one."""
-    real = checkpointing.restore_params
+    real = storage.RunCheckpoints.restore_params
     calls = []
 
-    def deleting(workdir, step, abstract):
+    def deleting(self, step, abstract):
         calls.append(step)
         if len(calls) == 1:
-            shutil.rmtree(os.path.join(workdir, "checkpoints", str(step)))
-        return real(workdir, step, abstract)
+            shutil.rmtree(os.path.join(self.workdir, "checkpoints", str(step)))
+        return real(self, step, abstract)
 
-    monkeypatch.setattr(checkpointing, "restore_params", deleting)
+    monkeypatch.setattr(storage.RunCheckpoints, "restore_params", deleting)
     report = evaluate_run(str(tiny_run_copy), split="validation", step="latest", num_examples=0, rollout_steps=0)
     assert calls == [6, 4] and report["step"] == 4
     assert "checkpoint 6 was removed while being read" in capsys.readouterr().err
@@ -208,15 +210,15 @@ def test_eval_survives_the_step_being_deleted_while_it_reads(tiny_run_copy, monk
 
 def test_non_finite_values_are_damage_and_divergence_after_resume_blames_the_checkpoint():
     with pytest.raises(CheckpointDamaged, match="checkpoint 3 in w is damaged .*NaN or infinite"):
-        checkpointing._check_finite("w", 3, {"a": jnp.ones(2), "b": jnp.array([1.0, jnp.inf]), "i": jnp.arange(2)})
-    checkpointing._check_finite("w", 3, {"a": jnp.ones(2), "i": jnp.arange(2)})
-    checkpointing._check_finite("w", 3, {"i": jnp.arange(2)})  # nothing to check
+        damage.check_finite("w", 3, {"a": jnp.ones(2), "b": jnp.array([1.0, jnp.inf]), "i": jnp.arange(2)})
+    damage.check_finite("w", 3, {"a": jnp.ones(2), "i": jnp.arange(2)})
+    damage.check_finite("w", 3, {"i": jnp.arange(2)})  # nothing to check
     metric = {"loss": np.nan, "grad_norm": 1.0, "update_norm": 1.0, "param_norm": 1.0}
     metric |= {"last_slice_ce_sum": 0.0, "last_slice_tokens": 1.0}
     with pytest.raises(TrainingDivergedError, match="resuming from checkpoint 4: its optimiser state may be damaged"):
-        loop._flush_train_metrics([metric, metric], 6, 0.0, 8, resumed_at=4)
+        output._train_record([metric, metric], 6, 0.0, 8, resumed_at=4)
     with pytest.raises(TrainingDivergedError, match="lower optim.learning_rate or set optim.grad_clip_norm"):
-        loop._flush_train_metrics([metric, metric], 8, 0.0, 8, resumed_at=4)
+        output._train_record([metric, metric], 8, 0.0, 8, resumed_at=4)
 
 
 def test_optimiser_settings_may_change_on_resume(tiny_run_copy, capsys):

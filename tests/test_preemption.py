@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from rank4jax.training.checkpointing import RunCheckpoints, restore_params_numpy
+from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.runs import load_run
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 
 # From SIGTERM to exit: finish the running step, save, write the summary and plots, exit. Measured
@@ -72,7 +73,8 @@ def test_sigterm_saves_within_seconds_and_a_second_signal_harms_nothing(tmp_path
         step = ckpt.latest_step()
         assert step is not None and step < 100
         assert not ckpt.manager.metrics(step)  # saved without a validation pass: never the best step
-    params, _, _, restored = restore_params_numpy(workdir, "latest")  # the save is complete
+    run = load_run(workdir, "latest")
+    params, restored = run.params, run.step  # the save is complete
     assert restored == step and params["embed"]["sem"].shape[1] == 16
     with open(os.path.join(workdir, "train_summary.json"), encoding="utf-8") as f:
         assert json.load(f)["interrupted"] == "SIGTERM"

@@ -1,7 +1,5 @@
 """Data- and head-parallel sharding on 2 simulated CPU devices (see conftest)."""
 
-import functools
-
 import jax
 import numpy as np
 import pytest
@@ -9,12 +7,11 @@ from jax.sharding import PartitionSpec
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import RANK4
+from rank4jax.runs import load_run
 from rank4jax.training import sharding
-from rank4jax.training.checkpointing import restore_params_numpy
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
-from rank4jax.training.state import create_train_state, make_optimizer
-from rank4jax.training.steps import jit_train_step
+from rank4jax.training.programs import build_programs, optim_key
 from tests.helpers import tiny_config
 
 MESHES = {"single": (1, 1), "data2": (2, 1), "model2": (1, 2)}
@@ -35,7 +32,7 @@ def test_one_device_vs_data_vs_model_parallel_match(tmp_path):
     for name in MESHES:
         train(mesh_config(name), str(tmp_path / name))
         losses[name] = [r["loss"] for r in read_metrics(str(tmp_path / name))["train"]]
-        params[name], *_ = restore_params_numpy(str(tmp_path / name), "latest")
+        params[name] = load_run(str(tmp_path / name), "latest").params
     assert len(losses["single"]) == 3
     for name in ("data2", "model2"):
         np.testing.assert_allclose(losses[name], losses["single"], rtol=0, atol=1e-5)
@@ -51,8 +48,8 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path, first, second):
     train(mesh_config(first, num_steps=2, eval_every=2, checkpoint_every=2), str(tmp_path / "run"))
     summary = train(mesh_config(second, num_steps=4, eval_every=2, checkpoint_every=2), str(tmp_path / "run"))
     assert summary["step"] == 4
-    ref, *_ = restore_params_numpy(str(tmp_path / "ref"), "latest")
-    got, *_ = restore_params_numpy(str(tmp_path / "run"), "latest")
+    ref = load_run(str(tmp_path / "ref"), "latest").params
+    got = load_run(str(tmp_path / "run"), "latest").params
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(ref), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
@@ -61,20 +58,16 @@ def test_state_is_sharded_by_name_and_step_compiles_once():
     config = tiny_config()
     mesh = sharding.make_mesh(1, 2)
     model_cfg = RANK4.make_config(config.model, 50)
-    optimizer = make_optimizer(config.optim)
-    init_fn = functools.partial(create_train_state, family=RANK4, model_cfg=model_cfg, optimizer=optimizer)
-    abstract = jax.eval_shape(init_fn, jax.random.key(0))
-    shardings = sharding.state_shardings(mesh, abstract)
+    programs = build_programs(RANK4, model_cfg, optim_key(config.optim), mesh)
+    shardings = programs.state_sharding
     assert shardings.params["layers"][0]["attn"]["wq"].spec == PartitionSpec("model", None, None)
     assert shardings.params["layers"][0]["mlp"]["w1"].spec == PartitionSpec(None, "model")
     assert shardings.params["embed"]["sem"].spec == PartitionSpec()
     assert shardings.opt_state[0].mu["layers"][0]["attn"]["wv"].spec == PartitionSpec("model", None, None)
-    state = jax.jit(init_fn, out_shardings=shardings)(jax.random.key(0))
+    state = programs.init(jax.random.key(0))
     wq = state.params["layers"][0]["attn"]["wq"]
     assert len(wq.addressable_shards) == 2 and wq.addressable_shards[0].data.shape[0] == model_cfg.n_heads // 2
-    step = jit_train_step(
-        RANK4, model_cfg, optimizer, shardings, sharding.batch_sharding(mesh), sharding.replicated(mesh)
-    )
+    step = programs.train_step
     rng = np.random.default_rng(0)
     for _ in range(3):
         batch = rng.integers(0, 50, (config.batch_size, model_cfg.n_slices + 1, model_cfg.n_tokens), dtype=np.int32)

@@ -10,13 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rank4jax import splm_probe
 from rank4jax.errors import ConfigError
+from rank4jax.experiments import splm_probe
+from rank4jax.experiments.splm_report import matched_configs
 from rank4jax.models import splm, stream
 from rank4jax.models.family import BASELINE_LM, SPLM
-from rank4jax.training.checkpointing import restore_params_numpy
+from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from rank4jax.training.splm_report import matched_configs
 from rank4jax.training.state import make_optimizer
 from tests.helpers import numpy_params, tiny_config
 
@@ -137,7 +137,7 @@ def test_stream_family_trains_resumes_and_evaluates(tmp_path, family):
     config.num_steps = 6
     assert train(config, str(tmp_path))["step"] == 6  # resumes
     if family == "splm":  # the data-derived surprisal travels with the checkpoint
-        params, *_ = restore_params_numpy(str(tmp_path), "latest")
+        params = load_run(str(tmp_path), "latest").params
         surprisal = params["buffers"]["surprisal"]
         assert surprisal.std() > 0.1 and surprisal.min() < np.log(len(surprisal)) - 1
 

@@ -8,9 +8,10 @@ import jax
 import numpy as np
 import pytest
 
+from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.errors import CheckpointError, ConfigError, DataError, TrainingDivergedError
-from rank4jax.training.checkpointing import RunCheckpoints, restore_params_numpy
-from rank4jax.training.eval_run import evaluate_run
+from rank4jax.evaluation.report import evaluate_run
+from rank4jax.runs import load_run
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
 from tests.helpers import tiny_config
@@ -64,14 +65,15 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
     assert [r["step"] for r in logged] == [2, 4]  # no validation at the signal
     resumed = train(config, str(tmp_path / "split"))
     assert resumed["step"] == 6
-    a, *_ = restore_params_numpy(str(tmp_path / "full"), "latest")
-    b, *_ = restore_params_numpy(str(tmp_path / "split"), "latest")
+    a = load_run(str(tmp_path / "full"), "latest").params
+    b = load_run(str(tmp_path / "split"), "latest").params
     _params_close(a, b, atol=1e-6)
 
 
 def test_checkpoint_round_trip_with_iterator_state(tiny_run):
     config = tiny_config()  # the config tiny_run was trained with (6 steps)
-    params, restored_config, tokenizer, step = restore_params_numpy(str(tiny_run), "latest")
+    run = load_run(str(tiny_run), "latest")
+    params, restored_config, tokenizer, step = run.params, run.config, run.tokenizer, run.step
     assert step == 6 and restored_config.model.dx == config.model.dx
     assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(params))
     assert tokenizer.vocab_size == params["embed"]["sem"].shape[0]
@@ -93,11 +95,12 @@ def test_checkpoint_round_trip_with_iterator_state(tiny_run):
 
 
 def test_params_restore_alone_equals_the_full_state_restore(tiny_run):
-    """restore_params_numpy reads the parameters only (a partial restore): the same values as the
+    """load_run reads the parameters only (a partial restore): the same values as the
     whole train state's restore."""
-    from rank4jax.training.checkpointing import describe_run, with_shardings
+    from rank4jax.runs import describe_run
+    from rank4jax.training.sharding import with_shardings
 
-    alone, *_ = restore_params_numpy(str(tiny_run), "latest")
+    alone = load_run(str(tiny_run), "latest").params
     with RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
         run = describe_run(ckpt, "latest")
         cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
@@ -142,7 +145,7 @@ def test_compiled_step_refuses_shapes_beyond_the_layout():
     import jax.numpy as jnp
 
     from rank4jax.errors import RecompilationError
-    from rank4jax.training.steps import CompiledStep
+    from rank4jax.training.programs import CompiledStep
 
     def step(state, batch):
         return state + batch.sum()
@@ -154,24 +157,16 @@ def test_compiled_step_refuses_shapes_beyond_the_layout():
     assert guarded.n_compiled == 2 and len(guarded.memory) == 2
     with pytest.raises(RecompilationError, match="beyond the 2 this batch layout can produce"):
         guarded(jnp.float32(1), jnp.ones(5))
-    from rank4jax.training.steps import trace_limit
-
-    traced_once = CompiledStep(jax.jit(trace_limit(step, 1, "step")), max_shapes=3)
-    traced_once(jnp.float32(1), jnp.ones(3))
-    with pytest.raises(RecompilationError, match="traced again: 2 traces, at most 1"):  # the step's own count
-        traced_once(jnp.float32(1), jnp.ones(4))
-    twice = jax.jit(trace_limit(step, 1, "step"))  # a second step built from the same code counts afresh
-    twice(jnp.float32(1), jnp.ones(3))
 
 
 def test_a_later_run_in_the_process_reuses_the_compiled_programs(tmp_path):
-    """A second run with the same model, optimiser, mesh and layout (another seed, another workdir)
-    calls the programs built for the first (``training.programs``): it compiles nothing, not even
-    from JAX's persistent cache, and its step is still compiled ahead of time and measured."""
-    from rank4jax.training.programs import run_programs
+    """A second run with the same model, optimiser and mesh (another seed, another workdir) calls the
+    programs built for the first (``training.programs``): JAX's own compile log records no compilation,
+    not even from its persistent cache, and its step is still compiled ahead of time and measured."""
+    from rank4jax.training.programs import build_programs
 
     train(tiny_config(seed=7), str(tmp_path / "first"))
-    hits = run_programs.cache_info().hits
+    hits = build_programs.cache_info().hits
     compiles = []
 
     def listener(event, duration, **kwargs):
@@ -184,7 +179,7 @@ def test_a_later_run_in_the_process_reuses_the_compiled_programs(tmp_path):
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
-    assert run_programs.cache_info().hits == hits + 1
+    assert build_programs.cache_info().hits == hits + 1
     assert summary["step"] == 6 and summary["compiled_train_step"]["compiled_shapes"] >= 1
 
 
@@ -217,7 +212,7 @@ def test_different_config_in_workdir_is_refused_and_nothing_changes(tiny_run_cop
 
 
 def test_divergence_stops_without_saving(tiny_run_copy):
-    before, *_ = restore_params_numpy(str(tiny_run_copy), "latest")
+    before = load_run(str(tiny_run_copy), "latest").params
     with RunCheckpoints(str(tiny_run_copy)) as ckpt:
         steps = ckpt.all_steps()
     config = tiny_config(num_steps=12, **{"optim.learning_rate": 1e38})  # optim may change on resume
@@ -225,7 +220,7 @@ def test_divergence_stops_without_saving(tiny_run_copy):
         train(config, str(tiny_run_copy))
     with RunCheckpoints(str(tiny_run_copy)) as ckpt:
         assert ckpt.all_steps() == steps and steps[-1] == 6
-    after, *_ = restore_params_numpy(str(tiny_run_copy), "latest")
+    after = load_run(str(tiny_run_copy), "latest").params
     _params_close(before, after, atol=0)
 
 
@@ -266,3 +261,57 @@ def test_plot_command(tiny_run_copy):
         [sys.executable, "-m", "rank4jax.training.metrics", str(tiny_run_copy / "none")], capture_output=True, text=True
     )
     assert out.returncode == 2 and "error: no metrics" in out.stderr
+
+
+def _expected_early_stop(losses: list[tuple[int, float]], patience: int) -> tuple[int, int] | None:
+    """(stop step, best step) by hand from a validation curve: the first validation that is the
+    ``patience``-th in a row not below the lowest before it."""
+    best, best_step, since = float("inf"), None, 0
+    for step, loss in losses:
+        best, best_step, since = (loss, step, 0) if loss < best else (best, best_step, since + 1)
+        if since == patience:
+            return step, best_step
+    return None
+
+
+def test_early_stopping_stops_at_the_right_validation_and_a_resumed_run_stops_there_too(tmp_path):
+    """A noisy run (lr 0.5) validated every 2 steps: without early stopping its curve has a
+    validation worse than the best before it; with patience 1 the run stops there, keeps the best
+    checkpoint, and a run interrupted before that step and resumed stops at the same step with the
+    same parameters; rerunning a stopped run trains nothing."""
+    config = tiny_config(num_steps=16, **{"optim.learning_rate": 0.5})
+    train(config, str(tmp_path / "free"))
+    curve = [(r["step"], r["window_ce"]) for r in read_metrics(str(tmp_path / "free"))["validation"]]
+    expected = _expected_early_stop(curve, patience=1)
+    assert expected is not None and expected[0] < 16, curve  # the curve does get worse once
+    stop_step, best_step = expected
+    config.early_stop_patience = 1
+    stopped = train(config, str(tmp_path / "stopped"))
+    assert (stopped["step"], stopped["best_step"], stopped["early_stopped"]) == (stop_step, best_step, True)
+    assert [r["step"] for r in read_metrics(str(tmp_path / "stopped"))["validation"]][-1] == stop_step
+
+    def interrupt(step, state):
+        if step == stop_step - 1:
+            signal.raise_signal(signal.SIGINT)
+
+    assert train(config, str(tmp_path / "resumed"), hooks=[interrupt])["interrupted"] == "SIGINT"
+    resumed = train(config, str(tmp_path / "resumed"))
+    assert (resumed["step"], resumed["best_step"], resumed["early_stopped"]) == (stop_step, best_step, True)
+    _params_close(
+        load_run(str(tmp_path / "stopped"), "latest").params,
+        load_run(str(tmp_path / "resumed"), "latest").params,
+        atol=0,
+    )
+    again = train(config, str(tmp_path / "stopped"))
+    assert (again["step"], again["wall_time_s"], again["early_stopped"]) == (stop_step, 0.0, True)
+
+
+def test_early_stopping_state_is_rebuilt_from_the_best_checkpoint():
+    from rank4jax.training.early_stopping import EarlyStopping
+
+    assert EarlyStopping.resume(3, None, 40, 10) == EarlyStopping(3)  # nothing validated yet
+    state = EarlyStopping.resume(3, (20, 1.5), 40, 10)  # validations at 30 and 40 did not improve
+    assert (state.best, state.best_step, state.since, state.stopped) == (1.5, 20, 2, False)
+    assert state.update(50, 1.5) and state.since == 3  # equal is no improvement
+    assert not EarlyStopping.resume(3, (20, 1.5), 45, 10).update(50, 1.49)
+    assert not EarlyStopping(0).update(10, 9.0) and not EarlyStopping(0, 1.0, 5, 100).stopped  # 0 = off

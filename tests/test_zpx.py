@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rank4jax import zpx_verify
 from rank4jax.errors import ConfigError
+from rank4jax.experiments import zpx_verify
 from rank4jax.models import baseline, rank4, zpx
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.models.scores import STANDARD
@@ -180,7 +180,7 @@ def test_zpx_verify_checks_hold_and_the_command_passes(monkeypatch):
 
 
 def test_seed_table_combines_by_hand():
-    from rank4jax.training.zpx_plan import combine_seeds
+    from rank4jax.experiments.zpx_plan import combine_seeds
 
     def result(ls_std, ls_angle, ms):
         row = {"family": "rank4", "params": 10, "ms_per_step": ms, "wall_s": 2.0 * ms, "steps": 5}

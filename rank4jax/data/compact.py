@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rank4jax.data.tokenizers import PAD_ID
+from rank4jax.tokens import PAD_ID
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -23,9 +23,8 @@ from typing import Protocol
 import sentencepiece as spm
 
 from rank4jax.errors import DataError
+from rank4jax.tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
 META_FILE = "tokenizer.json"
 SPM_FILE = "spm.model"
 

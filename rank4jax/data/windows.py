@@ -15,8 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from rank4jax.data.readers import Story
-from rank4jax.data.tokenizers import PAD_ID, UNK_ID, Tokenizer
+from rank4jax.data.tokenizers import Tokenizer
 from rank4jax.errors import DataError
+from rank4jax.tokens import PAD_ID, UNK_ID
 
 SPLITS = ("train", "validation", "test")
 

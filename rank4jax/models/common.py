@@ -1,4 +1,5 @@
-"""Building blocks shared by every model family: sinusoid tables, LayerNorm, dropout, GELU MLP.
+"""Building blocks shared by every model family: sinusoid tables, LayerNorm, dropout, GELU MLP,
+the one masked softmax.
 
 All functions are pure and follow the dtype of their inputs/parameters.
 
@@ -10,10 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 LN_EPSILON = 1e-5  # SPEC §3 [choice]
-PAD_ID, BOS_ID, EOS_ID = 0, 2, 3  # SPEC §1 special token ids (UNK = 1 never needs special handling)
 
 
 def count_params(init_fn, cfg) -> int:
@@ -22,52 +21,11 @@ def count_params(init_fn, cfg) -> int:
     return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
 
 
-# The loss schema every family returns: additive sums, so metrics aggregate exactly over batches.
-#   window_ce_sum, window_tokens   CE over the family's selection-loss targets (see family.selection_loss)
-#   last_slice_ce_sum, last_slice_tokens   CE over the content tokens of S(T): LS(T), comparable across families
-#   correct_tokens                 argmax hits over the selection-loss targets
-#   objective                      the training loss (added by :func:`with_objective`, the one place it is formed)
-
-
-def ce_sums(ce: jax.Array, correct: jax.Array, mask: jax.Array, last: jax.Array) -> dict:
-    """The schema's sums from per-target CE, correctness, the selection mask and the LS(T) mask
-    (``last``, counted where ``mask`` holds too); all four arrays have the same shape."""
-    mask_f = mask.astype(ce.dtype)
-    last_f = last.astype(ce.dtype) * mask_f
-    return {
-        "window_ce_sum": jnp.sum(ce * mask_f),
-        "window_tokens": jnp.sum(mask_f),
-        "last_slice_ce_sum": jnp.sum(ce * last_f),
-        "last_slice_tokens": jnp.sum(last_f),
-        "correct_tokens": jnp.sum(correct.astype(ce.dtype) * mask_f),
-    }
-
-
-def with_objective(sums: dict, aux=0.0, aux_weight: float = 1.0) -> dict:
-    """The sums and the training objective: the mean selection CE, plus ``aux_weight`` times a
-    family's auxiliary term (a score variant's regulariser, the SPLM's potential penalty)."""
-    objective = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
-    return sums | {"objective": objective + aux_weight * aux}
-
-
-def target_ce_sums(logits: jax.Array, targets: jax.Array, last: jax.Array) -> dict:
-    """:func:`ce_sums` over a sequence of targets (B, J) with logits (B, J, V): every non-PAD target
-    is selected; ``last`` marks the LS(T) targets."""
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    return ce_sums(ce, jnp.argmax(logits, axis=-1) == targets, targets != PAD_ID, last)
-
-
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
     """The joint softmax of every attention in the project, over the last axis (the keys): masked
     keys get the dtype's finite minimum score, so they have zero weight unless every key of the
     query is masked (its weights are then uniform, never NaN). ``mask`` broadcasts to ``scores``."""
     return jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(scores.dtype).min), axis=-1)
-
-
-def row_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
-    """(B, J) values and mask → (B,) mean over each row's masked entries (0 for a row with none)."""
-    mask = mask.astype(values.dtype)
-    return jnp.sum(values * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1)
 
 
 def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:

@@ -27,9 +27,10 @@ import numpy as np
 
 from rank4jax.errors import ConfigError
 from rank4jax.models import baseline, rank4, splm, stream
-from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID, with_objective
+from rank4jax.models.losses import with_objective
 from rank4jax.models.sizes import section_values
 from rank4jax.models.zpx import zpx_config
+from rank4jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 SIZES = ("n_tokens", "n_slices", "dx", "dt", "n_layers")  # every family's required model fields
 

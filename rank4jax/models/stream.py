@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.common import BOS_ID, EOS_ID, PAD_ID, row_mean, target_ce_sums
+from rank4jax.models.losses import row_mean, target_ce_sums
+from rank4jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def stream_slots(n_tokens: int, n_slices: int) -> int:

@@ -1,38 +1,60 @@
-"""The jitted programs of a training run, built once per process and reused by later runs.
+"""The jitted programs of a run — the one place the project wraps a function in ``jax.jit``.
 
-A run's programs (the sharded state init, the train step, the eval step) depend only on the model
-family and its config, the optimiser settings, the mesh and the batches the step is given (batch
-size and layout); the seed, the data and the workdir are run-time inputs. ``run_programs`` builds
-them once per such key (a small LRU): a later run with the same key in the same process (a second
-run in a notebook, a rerun that resumes, a sweep over seeds or data, the test suite's many tiny
-runs) calls the same ``jax.jit`` objects, so JAX finds their traces, lowerings and executables in its in-memory
-caches instead of tracing, lowering and compiling again.
+``train_step(state, batch) -> (state, metrics)`` is pure: dropout keys come from fold_in(rng, step);
+the metrics (loss, last-slice sums, the L2 norms of parameters, gradients and updates) stay on the
+device (the loop fetches them every ``log_every`` steps, never every step). ``eval_step(params,
+batch)`` returns the loss sums; ``predict_and_score`` and ``score`` serve the Story Cloze and
+rollout evaluators. Each is jitted with the mesh's shardings (the train state donated).
+
+``build_programs`` builds them once per key (model family and config, optimiser settings, mesh,
+batches; a small LRU): the seed, the data and the workdir are run-time inputs, so a later run with
+the same key in the same process (a rerun that resumes, a sweep over seeds, the test suite's tiny
+runs) calls the same ``jax.jit`` objects and compiles nothing. Training, evaluation, the experiment
+reports and the benches all take their programs from here.
+
+``CompiledStep`` compiles the train step ahead of time (``jit(...).lower(...).compile()``) for each
+batch shape it meets, keeps each executable's memory analysis, and refuses to compile more shapes
+than the batch layout can produce: the one guard against silent recompilation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
 
 import jax
 import ml_collections
+import optax
 
+from rank4jax.errors import RecompilationError
 from rank4jax.models.family import ModelFamily
 from rank4jax.training import sharding
 from rank4jax.training.state import TrainState, create_train_state, make_optimizer
-from rank4jax.training.steps import jit_eval_step, jit_train_step
 
 
-@dataclasses.dataclass(frozen=True)
-class RunPrograms:
-    optimizer: object  # optax.GradientTransformation of the run's optim settings
-    init_fn: functools.partial  # key → TrainState (pure; for eval_shape)
-    abstract: TrainState  # the state's shapes and dtypes
-    state_sharding: TrainState  # a NamedSharding per leaf
-    init: object  # jitted init_fn, creating the state directly sharded
-    train_step: object  # jitted (state, batch) → (state, metrics), traced at most max_traces times
-    eval_step: object  # jitted (params, batch) → loss sums
+def train_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, optimizer):
+    def loss_fn(params):
+        sums = family.loss_sums(params, batch, model_cfg, train=True, rng=state.dropout_key())
+        return sums["objective"], sums
+
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {
+        "loss": loss,
+        "grad_norm": optax.tree.norm(grads),
+        "param_norm": optax.tree.norm(params),
+        "update_norm": optax.tree.norm(updates),
+        "last_slice_ce_sum": sums["last_slice_ce_sum"],
+        "last_slice_tokens": sums["last_slice_tokens"],
+    }
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(params, batch, *, family: ModelFamily, model_cfg) -> dict:
+    sums = family.loss_sums(params, batch, model_cfg, train=False)
+    sums.pop("objective")
+    return sums
 
 
 def optim_key(optim: ml_collections.ConfigDict) -> tuple:
@@ -40,38 +62,115 @@ def optim_key(optim: ml_collections.ConfigDict) -> tuple:
     return tuple(sorted(optim.to_dict().items()))
 
 
-class Batches(NamedTuple):
-    """What decides the batch shapes a train step meets: runs that share a step draw them from one set
-    of at most ``max_shapes``, so the step's trace limit holds for all of them together."""
-
-    batch_size: int
-    layout: str  # full, trimmed or compact
-    compact_buckets: int
-    trim_multiple: int
-    max_shapes: int
-
-
-def batches_key(config: ml_collections.ConfigDict, layout) -> Batches:
-    buckets, trim = config.get("compact_buckets", 0), config.get("trim_padding_multiple", 0)
-    return Batches(config.batch_size, layout.name, buckets, trim, layout.max_shapes)
+@dataclasses.dataclass(frozen=True)
+class Programs:
+    mesh: jax.sharding.Mesh
+    optimizer: optax.GradientTransformation
+    abstract: TrainState  # the state's shapes and dtypes
+    state_sharding: TrainState  # a NamedSharding per leaf
+    batch_sharding: jax.sharding.NamedSharding
+    init: object  # key → TrainState, created directly sharded
+    train_step: object  # (state, batch) → (state, metrics)
+    eval_step: object  # (params, batch) → loss sums
+    predict_and_score: object  # (params, windows) → (Ŝ(T) (B, N), mean CE of S(T) (B,))
+    score: object  # (params, windows) → mean CE of S(T) (B,)
 
 
 @functools.lru_cache(maxsize=8)
-def run_programs(family: ModelFamily, model_cfg, optim: tuple, mesh: jax.sharding.Mesh, batches: Batches):
-    """``optim``: ``optim_key(config.optim)``; ``batches``: ``batches_key(config, layout)``."""
+def build_programs(family: ModelFamily, model_cfg, optim: tuple, mesh: jax.sharding.Mesh) -> Programs:
+    """``optim``: ``optim_key(config.optim)``."""
     optimizer = make_optimizer(ml_collections.ConfigDict(dict(optim)))
     init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
     abstract = jax.eval_shape(init_fn, jax.random.key(0))  # the key's value never changes a shape
     state_sharding = sharding.state_shardings(mesh, abstract)
     replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-    return RunPrograms(
+    on_batches = dict(in_shardings=(state_sharding.params, batch_sharding), out_shardings=replicated)
+    return Programs(
+        mesh=mesh,
         optimizer=optimizer,
-        init_fn=init_fn,
         abstract=abstract,
         state_sharding=state_sharding,
+        batch_sharding=batch_sharding,
         init=jax.jit(init_fn, out_shardings=state_sharding),
-        train_step=jit_train_step(
-            family, model_cfg, optimizer, state_sharding, batch_sharding, replicated, max_traces=batches.max_shapes
+        train_step=jax.jit(
+            functools.partial(train_step, family=family, model_cfg=model_cfg, optimizer=optimizer),
+            in_shardings=(state_sharding, batch_sharding),
+            out_shardings=(state_sharding, replicated),
+            donate_argnums=0,
         ),
-        eval_step=jit_eval_step(family, model_cfg, state_sharding.params, batch_sharding, replicated),
+        eval_step=jax.jit(functools.partial(eval_step, family=family, model_cfg=model_cfg), **on_batches),
+        predict_and_score=jax.jit(functools.partial(family.predict_and_score, cfg=model_cfg), **on_batches),
+        score=jax.jit(functools.partial(family.last_slice_ce, cfg=model_cfg), **on_batches),
+    )
+
+
+MEMORY_FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
+
+
+def memory_analysis(compiled) -> dict[str, int] | None:
+    """The compiled executable's memory figures (bytes), or None where the backend gives none."""
+    stats = compiled.memory_analysis()
+    if stats is None:
+        return None
+    return {name.removesuffix("_size_in_bytes") + "_bytes": int(getattr(stats, name)) for name in MEMORY_FIELDS}
+
+
+def _signature(tree) -> tuple:
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return (treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
+
+
+class CompiledStep:
+    """A jitted step, compiled ahead of time once per batch shape (at most ``max_shapes``).
+
+    ``step(*args)`` runs the executable compiled for the shapes of ``args``; ``compile(*args)``
+    compiles (or finds) it without running. ``memory`` maps each compiled shape to its memory
+    analysis; ``peak_memory`` is the largest argument + output + temp − alias figure among them.
+    """
+
+    def __init__(self, jitted, max_shapes: int, name: str = "train step"):
+        self.jitted, self.max_shapes, self.name = jitted, max_shapes, name
+        self._executables: dict[tuple, object] = {}
+        self.memory: dict[tuple, dict | None] = {}
+
+    def compile(self, *args):
+        key = _signature(args[-1])  # the batch; the state's shapes are fixed for a run
+        executable = self._executables.get(key)
+        if executable is None:
+            if len(self._executables) >= self.max_shapes:
+                raise RecompilationError(
+                    f"the {self.name} would compile for a batch shape beyond the {self.max_shapes} this "
+                    f"batch layout can produce: {key[1]}; already compiled: {[k[1] for k in self._executables]}"
+                )
+            executable = self.jitted.lower(*args).compile()
+            self._executables[key] = executable
+            self.memory[key] = memory_analysis(executable)
+        return executable
+
+    def __call__(self, *args):
+        return self.compile(*args)(*args)
+
+    @property
+    def n_compiled(self) -> int:
+        return len(self._executables)
+
+    def peak_memory(self) -> dict | None:
+        figures = [m for m in self.memory.values() if m is not None]
+        if not figures:
+            return None
+
+        def total(m):
+            return m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"] - m["alias_bytes"]
+
+        worst = max(figures, key=total)
+        return worst | {"total_bytes": total(worst), "compiled_shapes": len(self._executables)}
+
+
+def describe_memory(memory: dict | None) -> str:
+    if memory is None:
+        return "no memory analysis on this backend"
+    mib = {k: v / 2**20 for k, v in memory.items() if k.endswith("_bytes")}
+    return (
+        f"arguments {mib['argument_bytes']:.2f} MiB, outputs {mib['output_bytes']:.2f} MiB "
+        f"(aliased {mib['alias_bytes']:.2f}), temp {mib['temp_bytes']:.2f} MiB, total {mib['total_bytes']:.2f} MiB"
     )

@@ -97,6 +97,11 @@ def state_shardings(mesh: jax.sharding.Mesh, abstract_state):
     return jax.tree_util.tree_map_with_path(lambda p, x: NamedSharding(mesh, partition_spec(p, x)), abstract_state)
 
 
+def with_shardings(abstract, shardings):
+    """ShapeDtypeStructs of ``abstract`` carrying ``shardings`` (a restore target)."""
+    return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
 def device_memory_bytes(device) -> int | None:
     """What one device can hold: the accelerator's memory limit, or the host's physical memory for
     a CPU device (None when unknown)."""

@@ -56,6 +56,12 @@ def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer
     )
 
 
+def abstract_train_state(config, family: ModelFamily, model_cfg) -> TrainState:
+    """The train state's shapes and dtypes (ShapeDtypeStructs) under ``config.optim``; nothing is allocated."""
+    optimizer = make_optimizer(config.optim)
+    return jax.eval_shape(lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(0))
+
+
 def _of_type(tree, cls) -> list:
     return [x for x in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, cls)) if isinstance(x, cls)]
 

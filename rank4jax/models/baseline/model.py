@@ -27,12 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rank4jax.models import common
+from rank4jax.models import common, losses
 from rank4jax.models.baseline.config import BaselineConfig
 from rank4jax.models.common import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
     apply_mlp,
     dropout,
     init_layer_norm,
@@ -43,6 +40,7 @@ from rank4jax.models.common import (
     uniform_fan_in,
 )
 from rank4jax.models.scores import init_layer_params, layer_params
+from rank4jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def init_params(key: jax.Array, cfg: BaselineConfig, dtype=jnp.float32) -> dict:
@@ -238,13 +236,13 @@ def _target_terms(logits: jax.Array, targets: jax.Array):
 def target_sums(logits: jax.Array, targets: jax.Array) -> dict:
     """Sums over targets (B, J): the selection loss covers S(T) and EOS ("window_*"); LS(T) covers
     the content tokens of S(T) only ("last_slice_*"), the same tokens as the rank-4 LS(T)."""
-    return common.target_ce_sums(logits, targets, (targets != PAD_ID) & (targets != EOS_ID))
+    return losses.target_ce_sums(logits, targets, (targets != PAD_ID) & (targets != EOS_ID))
 
 
 def content_mean_ce(logits: jax.Array, targets: jax.Array) -> jax.Array:
     """(B,) mean CE over each window's content tokens of S(T) (Story Cloze scoring)."""
     ce, _, content = _target_terms(logits, targets)
-    return common.row_mean(ce, content)
+    return losses.row_mean(ce, content)
 
 
 def count_params(cfg: BaselineConfig) -> int:

@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rank4jax.models.common import PAD_ID, sinusoid_table
+from rank4jax.models.common import sinusoid_table
 from rank4jax.models.rank4.config import Rank4Config
+from rank4jax.tokens import PAD_ID
 
 
 def init_embedding(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import PAD_ID, apply_keep_mask, keep_mask
+from rank4jax.models.common import apply_keep_mask, keep_mask
+from rank4jax.tokens import PAD_ID
 
 
 def _gather_rows(x: jax.Array, index: jax.Array) -> jax.Array:

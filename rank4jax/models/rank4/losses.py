@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rank4jax.models.common import PAD_ID, ce_sums, row_mean
+from rank4jax.models.losses import ce_sums, means_from_sums, row_mean
 from rank4jax.models.rank4.readout import apply_readout, target_logits
+from rank4jax.tokens import PAD_ID
 
 
 def token_cross_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -58,19 +59,6 @@ def row_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax.Arr
     frozen = jax.lax.stop_gradient(logits)  # accuracy only: no gradient through the index
     correct = jnp.take_along_axis(frozen, targets[..., None], axis=-1)[..., 0] >= jnp.max(frozen, axis=-1)
     return ce_sums(ce, correct, targets != PAD_ID, last)
-
-
-def means_from_sums(sums: dict) -> dict:
-    """window_ce, last_slice_ce, token_accuracy from :func:`window_loss_sums` (0 where no token)."""
-
-    def ratio(num, den):
-        return num / jnp.maximum(den, 1)
-
-    return {
-        "window_ce": ratio(sums["window_ce_sum"], sums["window_tokens"]),
-        "last_slice_ce": ratio(sums["last_slice_ce_sum"], sums["last_slice_tokens"]),
-        "token_accuracy": ratio(sums["correct_tokens"], sums["window_tokens"]),
-    }
 
 
 def window_losses(logits: jax.Array, targets: jax.Array) -> dict:

@@ -29,9 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rank4jax.models.common import PAD_ID, normalize, sinusoid_table
+from rank4jax.models.common import normalize, sinusoid_table
 from rank4jax.models.splm import potential as pot
 from rank4jax.models.splm.config import SPLMConfig
+from rank4jax.tokens import PAD_ID
 
 
 def _softplus_inverse(y: float) -> float:

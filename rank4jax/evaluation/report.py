@@ -2,7 +2,7 @@
 
 Reports on a chosen split (``train``, ``validation``, ``test``, or ``all``: every story of the
 file, for external test sets): window loss, LS(T) and token accuracy; Story Cloze accuracy by both
-scoring rules (``rank4jax.training.evaluation``) when the stories carry two candidate endings; a few
+scoring rules (``rank4jax.evaluation.evaluators``) when the stories carry two candidate endings; a few
 decoded predictions Ŝ(T) beside the gold sentence; and multi-step rollout CE where the stories are
 long enough. Every part runs batched. Writes ``eval/<split>_step<N>.json`` (with ``--data=FILE``:
 ``eval/<file name>-<path hash>.<split>_step<N>.json``, so no report overwrites another: not the run's
@@ -21,15 +21,16 @@ import time
 import jax
 import numpy as np
 
-from rank4jax.data.tokenizers import PAD_ID
+from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
+from rank4jax.evaluation.evaluators import Evaluators
+from rank4jax.runs import restore_run
+from rank4jax.tokens import PAD_ID
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
-from rank4jax.training.checkpointing import RunCheckpoints, restore_run, with_shardings
 from rank4jax.training.data_setup import prepare_split
-from rank4jax.training.evaluation import batched, cloze_accuracy, evaluate_windows, make_scorers, rollout
-from rank4jax.training.steps import jit_eval_step
+from rank4jax.training.programs import build_programs, optim_key
 
 EVAL_SPLITS = SPLITS + ("all",)
 _SENTENCE_FINAL = re.compile(r"[.!?]")
@@ -56,46 +57,60 @@ def evaluate_run(
     num_examples: int = 5,
     rollout_steps: int = 3,
 ) -> dict:
+    """Evaluate checkpoint ``step`` of the run in ``workdir`` on ``split`` (of ``data_path`` when
+    given) and write the report; returns it."""
     if split not in EVAL_SPLITS:
         raise ConfigError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
     _check_count("rollout_steps", rollout_steps)
     _check_count("examples", num_examples)
     clock = time.perf_counter()
-    timings = {}
-
-    def n_data_for(config):  # data parallel over as many devices as divide the eval batch
-        return max(d for d in range(1, jax.device_count() + 1) if config.eval_batch_size % d == 0)
-
-    def place(run):
-        mesh = sharding.make_mesh(n_data_for(run.config), 1)
-        return with_shardings(run.abstract_state.params, sharding.state_shardings(mesh, run.abstract_state.params))
-
-    with RunCheckpoints(workdir, read_only=True) as ckpt:
-        # a damaged checkpoint, or one a running training deletes meanwhile, falls back to another
-        run, params = restore_run(ckpt, step, place)
-        step, config, tokenizer, family, model_cfg = run.step, run.config, run.tokenizer, run.family, run.model_cfg
-        stories, window_set, source = prepare_split(config, tokenizer, split, path=data_path)
-        n_data = n_data_for(config)  # independent of the training mesh
-        mesh = sharding.make_mesh(n_data, 1)
-        replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-        params_sharding = sharding.state_shardings(mesh, run.abstract_state.params)
-    timings["load"] = time.perf_counter() - clock
-    windows = window_set.windows
+    run, params, evaluators = restore_for_evaluation(workdir, step)
+    stories, window_set, source = prepare_split(run.config, run.tokenizer, split, path=data_path)
+    timings = {"load": time.perf_counter() - clock}
     report = {
         "workdir": os.path.abspath(workdir),
-        "step": step,
+        "step": run.step,
         "split": split,
         "data": source,
         "stories": len(stories),
-        "windows": int(len(windows)),
+        "windows": int(len(window_set.windows)),
         "skipped_stories": window_set.n_skipped,
         "truncated_sentences": window_set.n_truncated,  # cut to N tokens
         "unk_rate": round(window_set.unk_rate, 4),  # of the windows' real tokens
-        "selection_loss": family.selection_loss,  # what "window_ce" measures for this family
+        "selection_loss": run.family.selection_loss,  # what "window_ce" measures for this family
     }
-    if not len(windows):
+    if not len(window_set.windows):
         report["note"] = "no windows in this split"
         return _write(workdir, report, data_path)
+    report |= _evaluate(evaluators, params, run, stories, window_set.windows, num_examples, rollout_steps, timings)
+    timings["total"] = time.perf_counter() - clock
+    report["timings_s"] = timings
+    return _write(workdir, report, data_path)
+
+
+def restore_for_evaluation(workdir: str, step: str | int = "best"):
+    """(SavedRun, parameters, Evaluators) of a checkpoint, on an evaluation mesh: data parallel over as
+    many devices as divide the eval batch (independent of the training mesh). A damaged checkpoint,
+    or one a running training deletes meanwhile, falls back to another."""
+
+    def mesh_for(run):
+        size = run.config.eval_batch_size
+        return sharding.make_mesh(max(d for d in range(1, jax.device_count() + 1) if size % d == 0), 1)
+
+    def place(run):
+        params = run.abstract_state.params
+        return sharding.with_shardings(params, sharding.state_shardings(mesh_for(run), params))
+
+    with RunCheckpoints(workdir, read_only=True) as ckpt:
+        run, params = restore_run(ckpt, step, place)
+    mesh = mesh_for(run)
+    programs = build_programs(run.family, run.model_cfg, optim_key(run.config.optim), mesh)
+    layout = batch_layout(run.config, run.family, run.model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
+    return run, params, Evaluators(programs, run.config.eval_batch_size, layout)
+
+
+def _evaluate(evaluators, params, run, stories, windows, num_examples: int, rollout_steps: int, timings) -> dict:
+    """Window metrics, Story Cloze, decoded examples and the rollout, each timed into ``timings``."""
 
     def timed(name, fn, *args):
         start = time.perf_counter()
@@ -103,17 +118,12 @@ def evaluate_run(
         timings[name] = time.perf_counter() - start
         return out
 
-    batch = config.eval_batch_size
-    eval_step = jit_eval_step(family, model_cfg, params_sharding, batch_sharding, replicated)
-    layout = batch_layout(config, family, model_cfg, groups=n_data)
-    report |= timed("windows", evaluate_windows, eval_step, params, windows, batch, batch_sharding, layout)
-    predict_and_score, score = make_scorers(family, model_cfg)
-    pairs, labels = cloze_windows(stories, tokenizer, model_cfg.n_tokens, model_cfg.n_slices)
-    report |= timed("cloze", cloze_accuracy, score, params, pairs, labels, batch)
-
-    t = model_cfg.n_slices
+    tokenizer, model_cfg, t = run.tokenizer, run.model_cfg, run.model_cfg.n_slices
+    report = timed("windows", evaluators.windows, params, windows)
+    pairs, labels = cloze_windows(stories, tokenizer, model_cfg.n_tokens, t)
+    report |= timed("cloze", evaluators.cloze, params, pairs, labels)
     shown = windows[:num_examples]
-    predicted = timed("examples", batched, predict_and_score, params, shown, batch)[0] if len(shown) else shown[:, 0]
+    predicted = timed("examples", evaluators.predict, params, shown) if len(shown) else shown[:, 0]
     report["examples"] = [
         {
             "context": [tokenizer.decode(s) for s in window[:t]],
@@ -123,24 +133,12 @@ def evaluate_run(
         for window, p in zip(shown, predicted, strict=True)
     ]
     if rollout_steps:
-        report |= timed(
-            "rollout",
-            _rollout_report,
-            predict_and_score,
-            params,
-            stories,
-            tokenizer,
-            model_cfg,
-            rollout_steps,
-            num_examples,
-            batch,
-        )
-    timings["total"] = time.perf_counter() - clock
-    report["timings_s"] = timings
-    return _write(workdir, report, data_path)
+        report |= timed("rollout", _rollout_report, evaluators, params, stories, run, rollout_steps, num_examples)
+    return report
 
 
-def _rollout_report(predict_and_score, params, stories, tokenizer, model_cfg, n_steps, num_examples, batch) -> dict:
+def _rollout_report(evaluators, params, stories, run, n_steps: int, num_examples: int) -> dict:
+    tokenizer, model_cfg = run.tokenizer, run.model_cfg
     t = model_cfg.n_slices
     long_enough = [s for s in stories if len(s.sentences) >= t]
     if not long_enough:
@@ -149,7 +147,7 @@ def _rollout_report(predict_and_score, params, stories, tokenizer, model_cfg, n_
     states = np.full((len(long_enough), lengths.max(), model_cfg.n_tokens), PAD_ID, np.int32)
     for i, story in enumerate(long_enough):
         states[i, : lengths[i]] = encode_story(tokenizer, story.sentences, model_cfg.n_tokens)
-    predicted, ces = rollout(predict_and_score, params, states, lengths, t, n_steps, batch, show=num_examples)
+    predicted, ces = evaluators.rollout(params, states, lengths, t, n_steps, show=num_examples)
     scored = ~np.isnan(ces)
     return {
         "rollout_mean_ce": [float(np.mean(c[m])) if m.any() else None for c, m in zip(ces.T, scored.T, strict=True)],

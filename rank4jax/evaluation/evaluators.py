@@ -1,5 +1,9 @@
-"""Evaluation: window metrics over a split, Story Cloze accuracy, decoded predictions and
+"""Evaluators: window metrics over a split, Story Cloze accuracy, decoded predictions and
 multi-step rollout (SPEC §4, §8). Everything runs batched: many windows or stories per jitted call.
+
+:class:`Evaluators` is built once from a run's programs (``rank4jax.training.programs``: its mesh,
+shardings and jitted steps) and its batch layout; training's validation, ``eval.py``, the experiment
+reports and the benches all evaluate through it.
 
 Axes: W windows or stories, T input slices, N tokens per state, K other contexts.
 
@@ -25,14 +29,14 @@ reported.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 
 import jax
 import numpy as np
 
 from rank4jax.data.pipeline import eval_batches
-from rank4jax.data.tokenizers import PAD_ID
-from rank4jax.models.rank4.losses import means_from_sums
+from rank4jax.models.losses import means_from_sums
+from rank4jax.tokens import PAD_ID
 from rank4jax.training.sharding import put_batch
 
 
@@ -54,6 +58,7 @@ def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, ba
         else:
             rows = put_batch(batch["windows"] if layout is None else layout(batch["windows"]), batch_sharding)
         pending.append(eval_step(params, rows))
+        _bound_in_flight(pending)
     totals: dict[str, float] = {}
     for sums in jax.device_get(pending):
         for key, value in sums.items():
@@ -68,18 +73,22 @@ def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, ba
 CLOZE_CONTEXTS = 8  # K other stories' contexts for the normalised Story Cloze rule
 
 
-def make_scorers(family, model_cfg):
-    """Jitted (predict and score: windows (B, T+1, N) → (Ŝ(T) (B, N), mean CE of S(T) (B,)),
-    score alone: windows → (B,))."""
-    predict_and_score = jax.jit(functools.partial(family.predict_and_score, cfg=model_cfg))
-    score = jax.jit(functools.partial(family.last_slice_ce, cfg=model_cfg))
-    return predict_and_score, score
+IN_FLIGHT = 4  # queued calls at most: XLA's CPU collectives can deadlock behind a deeper queue
+
+
+def _bound_in_flight(pending: list) -> None:
+    """Wait for the call ``IN_FLIGHT`` places back, so at most that many are queued on the devices."""
+    if len(pending) > IN_FLIGHT:
+        jax.block_until_ready(pending[-IN_FLIGHT - 1])
 
 
 def batched(fn, params, array: np.ndarray, batch_size: int):
     """``fn(params, batch)`` over the rows of ``array`` in fixed-size batches (one compiled shape);
-    every call is queued before any result is fetched. ``fn`` may return a tuple of arrays."""
-    outs = [(fn(params, b["x"]), b["mask"]) for b in eval_batches({"x": array}, batch_size)]
+    the results are fetched once, at the end. ``fn`` may return a tuple of arrays."""
+    outs = []
+    for b in eval_batches({"x": array}, batch_size):
+        outs.append((fn(params, b["x"]), b["mask"]))
+        _bound_in_flight([out for out, _ in outs])
     if not outs:
         raise ValueError("batched() needs at least one row")
     fetched = jax.device_get([out for out, _ in outs])
@@ -169,3 +178,30 @@ def rollout(
         predictions[rows, k] = predicted
         windows[rows] = np.concatenate([windows[rows, 1:], predicted[:, None]], axis=1)
     return predictions, ces
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluators:
+    """The evaluations of one model on one mesh, from its programs; ``layout`` (single process) turns
+    each window batch into what the eval step consumes (``rank4jax.training.batches``)."""
+
+    programs: object  # rank4jax.training.programs.Programs
+    batch_size: int
+    layout: object = None
+
+    def windows(self, params, windows: np.ndarray) -> dict:
+        """Window loss, LS(T) and token accuracy over every window (exact means)."""
+        p = self.programs
+        return evaluate_windows(p.eval_step, params, windows, self.batch_size, p.batch_sharding, self.layout)
+
+    def cloze(self, params, pairs: np.ndarray, labels: np.ndarray, n_contexts: int = CLOZE_CONTEXTS) -> dict:
+        return cloze_accuracy(self.programs.score, params, pairs, labels, self.batch_size, n_contexts)
+
+    def predict(self, params, windows: np.ndarray) -> np.ndarray:
+        """Ŝ(T) (W, N) predicted from each window's S(0..T-1)."""
+        return batched(self.programs.predict_and_score, params, windows, self.batch_size)[0]
+
+    def rollout(self, params, states, lengths, n_slices: int, n_steps: int, show: int = 0):
+        return rollout(
+            self.programs.predict_and_score, params, states, lengths, n_slices, n_steps, self.batch_size, show
+        )

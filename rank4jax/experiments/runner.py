@@ -17,7 +17,7 @@ import os
 import ml_collections
 
 from rank4jax.errors import StageInterrupted
-from rank4jax.training.eval_run import evaluate_run
+from rank4jax.evaluation.report import evaluate_run
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics, steady_ms_per_step
 

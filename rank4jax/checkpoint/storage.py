@@ -2,47 +2,28 @@
 
 Every checkpoint is self-contained (``eval.py`` needs only the workdir). One preservation policy
 keeps the latest ``keep`` checkpoints *and* the best by validation window loss — a best-only policy
-could delete the newest checkpoint and break resume.
-
-Damage: a checkpoint that cannot be read (truncated or missing array files, an emptied config,
-manifest or metadata, a missing item, an empty step directory, non-finite values) raises
-:class:`CheckpointDamaged`, never a config mismatch. ``first_readable`` walks the steps newest first
-and takes the first readable one, with a warning naming each damaged one; training moves a damaged
-checkpoint aside into ``<workdir>/damaged_checkpoints/`` (kept, never deleted, out of the way of the
-steps it will save again); evaluation leaves it in place. A step that disappears while it is read
-(a training run's keep policy deleted it) is skipped the same way.
+could delete the newest checkpoint and break resume. What to do with an unreadable checkpoint is
+``rank4jax.checkpoint.damage``; rebuilding a run from one is ``rank4jax.runs``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
-import sys
 
 import grain
 import jax
-import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
+from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, reason
 from rank4jax.data.tokenizers import tokenizer_from_dict
-from rank4jax.errors import CheckpointError, WorkdirError, say
+from rank4jax.errors import CheckpointError, WorkdirError
 
 BEST_METRIC = "val_window_ce"
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
-
-
-class CheckpointDamaged(CheckpointError):
-    """A checkpoint whose files cannot be read back (not a mismatch with the config)."""
-
-    def __init__(self, workdir: str, step: int, error: BaseException | str):
-        self.step = step
-        self.reason = error if isinstance(error, str) else _reason(error)
-        super().__init__(f"checkpoint {step} in {workdir} is damaged and cannot be read ({self.reason})")
 
 
 def _os_error(error: BaseException) -> OSError | None:
@@ -63,17 +44,9 @@ def storage_error(error: BaseException, workdir: str, step, saved) -> BaseExcept
     text = str(error)
     if os_error is None and not any(m in text for m in ("No space left", "Read-only file system", "Permission denied")):
         return error
-    cause = os_error.strerror if os_error is not None else _reason(error)
+    cause = os_error.strerror if os_error is not None else reason(error)
     kept = f"the checkpoints already saved ({', '.join(map(str, saved))}) are intact" if saved else "nothing was saved"
     return WorkdirError(f"cannot save checkpoint {step} in {workdir}: {cause}; {kept}")
-
-
-def _reason(error: BaseException) -> str:
-    """One short line for a library exception (orbax/tensorstore messages run to kilobytes)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -209,6 +182,22 @@ class RunCheckpoints:
         self.manager.reload()
         return target
 
+    def restore_params(self, step: int, abstract_params):
+        """Restore only the parameters of checkpoint ``step`` onto the shardings carried by
+        ``abstract_params`` (ShapeDtypeStructs): a partial restore that never reads the optimiser
+        moments (two thirds of the state's bytes under AdamW)."""
+        target = {"params": abstract_params}
+        args = ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
+        )
+        try:  # the model is built from this checkpoint's own config: a failure here is damage
+            with ocp.PyTreeCheckpointer() as checkpointer:
+                params = checkpointer.restore(os.path.join(self.step_dir(step), "state"), args=args)["params"]
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointDamaged(self.workdir, step, e) from None
+        check_finite(self.workdir, step, params)
+        return params
+
     def restore_state(self, step: int, abstract_state, data_iter=None):
         """Restore the train state onto the shardings carried by ``abstract_state`` (ShapeDtypeStructs),
         and the iterator in place when given.
@@ -236,155 +225,7 @@ class RunCheckpoints:
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001
             raise CheckpointDamaged(self.workdir, step, e) from None
-        _check_finite(self.workdir, step, restored["state"])
+        check_finite(self.workdir, step, restored["state"])
         if other_count_state is not None:
             data_iter.set_state(other_count_state)
         return restored["state"]
-
-
-@jax.jit  # one program per tree of shapes: every restore of a run reuses it
-def _all_finite(floats: list) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats]))
-
-
-def _check_finite(workdir: str, step: int, tree) -> None:
-    """NaN/inf in a restored tree (a flipped bit in an exponent) is damage, not divergence."""
-    floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    if floats and not bool(_all_finite(floats)):
-        raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
-
-
-_LIBRARY_NOISE = ("Event loop is closed", "reading array index", "TensorStore")
-
-
-def _quiet_library_noise() -> None:
-    """After a failed read orbax's pending reads of the other arrays fail in the background and
-    reach ``sys.unraisablehook`` (dozens of tracebacks, some after the read returned); drop those,
-    keep anything else."""
-    previous = sys.unraisablehook
-    if getattr(previous, "rank4jax_quiet", False):
-        return
-
-    def hook(unraisable):
-        if not any(text in str(unraisable.exc_value) for text in _LIBRARY_NOISE):
-            previous(unraisable)
-
-    hook.rank4jax_quiet = True
-    sys.unraisablehook = hook
-
-
-def first_readable(ckpt: RunCheckpoints, candidates, load, *, set_aside: bool = False):
-    """``(step, load(step))`` for the first of ``candidates`` (steps, best first) that reads; each
-    damaged one is named in a warning and, when ``set_aside``, moved into ``damaged_checkpoints/``
-    once a readable one is found (if none is, all stay where they are); a step deleted meanwhile is
-    skipped. No readable candidate: one CheckpointError listing why."""
-    _quiet_library_noise()  # installed before the first read: the noise starts during the failing one
-    problems, damaged = [], []
-    for step in candidates:
-        try:
-            result = load(step)
-        except CheckpointDamaged as e:
-            if not os.path.isdir(ckpt.step_dir(step)):  # deleted while being read (another run's keep policy)
-                problems.append(f"{step}: removed while being read")
-                say(f"rank4jax: warning: checkpoint {step} was removed while being read; trying another")
-                ckpt.manager.reload()
-                continue
-            problems.append(f"{step}: {e.reason}")
-            damaged.append(step)
-            say(f"rank4jax: warning: {e}; trying the next older checkpoint")
-            continue
-        for bad in damaged if set_aside else ():
-            say(f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)")
-        return step, result
-    why = "; ".join(problems) or "none saved"
-    raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")
-
-
-def with_shardings(abstract, shardings):
-    return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
-
-
-@dataclasses.dataclass
-class SavedRun:
-    """What a checkpoint says about its run: config, tokenizer, model family and config, and the
-    abstract train state (ShapeDtypeStructs) to restore into."""
-
-    step: int
-    config: object  # ml_collections.ConfigDict
-    tokenizer: object
-    family: object
-    model_cfg: object
-    abstract_state: object
-
-
-def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
-    from rank4jax.models.family import get_family  # local: keeps this module light to import
-    from rank4jax.training.run_config import from_json_dict
-    from rank4jax.training.state import create_train_state, make_optimizer
-
-    step = ckpt.resolve_step(step)
-    saved, tokenizer = ckpt.load_meta(step)
-    config = from_json_dict(saved)
-    family = get_family(config.model_family)
-    model_cfg = family.make_config(config.model, tokenizer.vocab_size)
-    optimizer = make_optimizer(config.optim)
-    abstract = jax.eval_shape(
-        lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(config.seed)
-    )
-    return SavedRun(step, config, tokenizer, family, model_cfg, abstract)
-
-
-def restore_params(workdir: str, step: int, abstract_params):
-    """Restore only the parameters of checkpoint ``step`` onto the shardings carried by
-    ``abstract_params`` (ShapeDtypeStructs): a partial restore that never reads the optimiser
-    moments (two thirds of the state's bytes under AdamW)."""
-    path = os.path.join(checkpoint_dir(workdir), str(step), "state")
-    target = {"params": abstract_params}
-    args = ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
-    )
-    try:  # the model is built from this checkpoint's own config: a failure here is damage
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            params = checkpointer.restore(path, args=args)["params"]
-    except Exception as e:  # noqa: BLE001
-        raise CheckpointDamaged(workdir, step, e) from None
-    _check_finite(workdir, step, params)
-    return params
-
-
-def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):
-    """(SavedRun, parameters) of checkpoint ``which`` ('best', 'latest' or a step). ``place(run)``
-    gives the abstract parameters with their shardings (default: the run's, unsharded). For 'best'
-    and 'latest' a damaged checkpoint, or one deleted while it is read (a training run in the same
-    workdir), falls back to the newest readable other one with a warning; a damaged step asked for by
-    number is one error."""
-    place = place or (lambda run: run.abstract_state.params)
-
-    def load(step):
-        run = describe_run(ckpt, step)
-        return run, restore_params(ckpt.workdir, step, place(run))
-
-    first = ckpt.resolve_step(which)
-    if which not in (None, "best", "latest"):
-        _quiet_library_noise()
-        return load(first)
-    candidates = [first] + [s for s in reversed(ckpt.all_steps()) if s != first]
-    return first_readable(ckpt, candidates, load)[1]
-
-
-def restore_params_numpy(workdir: str, step: str | int = "best"):
-    """Restore a checkpoint's parameters (alone) onto the CPU as plain numpy, for notebooks.
-
-    Returns (params as a tree of numpy arrays, run config as ConfigDict, tokenizer, step).
-    """
-    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
-
-    def on_cpu(run):
-        return with_shardings(
-            run.abstract_state.params, jax.tree_util.tree_map(lambda _: cpu, run.abstract_state.params)
-        )
-
-    with RunCheckpoints(workdir, read_only=True) as ckpt:
-        run, params = restore_run(ckpt, step, on_cpu)
-    params = jax.tree_util.tree_map(np.asarray, params)
-    return params, run.config, run.tokenizer, run.step

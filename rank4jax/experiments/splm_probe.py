@@ -1,6 +1,6 @@
 """splm-probe: the SPLM causal-leak probe (seed 004's future-perturbation probe).
 
-    splm-probe                  (or: python -m rank4jax.splm_probe)
+    splm-probe                  (or: python -m rank4jax.experiments.splm_probe)
 
 A fresh float64 model (V = 64, d = 32, L = 4) reads two streams of length 48 that are equal before
 slot 24 and different from 24 on; the largest absolute change of any logit before slot 24 must be

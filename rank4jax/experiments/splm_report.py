@@ -17,11 +17,11 @@ import ml_collections
 import numpy as np
 
 from rank4jax.data.pipeline import eval_batches
+from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models import splm, stream
 from rank4jax.models.family import get_family
-from rank4jax.training.checkpointing import restore_params_numpy
+from rank4jax.runs import load_run
 from rank4jax.training.data_setup import prepare_data
-from rank4jax.training.experiment import run_all, write_outputs
 from rank4jax.training.run_config import model_section
 
 ATTENTION_HEADS = 2  # the matched attention LM's heads (the SPLM has none); its depth is matched
@@ -74,10 +74,9 @@ def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
 
 def landscape(workdir: str, windows: np.ndarray, batch_size: int = 64) -> dict:
     """V_θ(ξ(h_L), h_L) over the real positions of ``windows`` (mean, std, min, max) and the learned α."""
-    params, config, tokenizer, _ = restore_params_numpy(workdir)
-    family = get_family(config.model_family)
-    cfg = family.make_config(config.model, tokenizer.vocab_size)
-    params = jax.tree_util.tree_map(jnp.asarray, params)
+    run = load_run(workdir)
+    cfg = run.model_cfg
+    params = jax.tree_util.tree_map(jnp.asarray, run.params)
 
     @jax.jit
     def values(batch):

@@ -13,8 +13,8 @@ import os
 import ml_collections
 
 from rank4jax.errors import ConfigError
+from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models.family import FAMILIES
-from rank4jax.training.experiment import run_all, write_outputs
 from rank4jax.training.run_config import to_json_dict
 
 SAME_SECTIONS = ("data", "tokenizer", "seed")

@@ -1,6 +1,6 @@
 """zpx-verify: the ZPX seed's geometry checks (seed 001 §10), on rank4jax's functions.
 
-    zpx-verify [--dtype float32|float64]        (or: python -m rank4jax.zpx_verify)
+    zpx-verify [--dtype float32|float64]        (or: python -m rank4jax.experiments.zpx_verify)
 
 Checks, each with its tolerance (float32; the seed's own figures in brackets):
 

@@ -14,7 +14,7 @@ import copy
 import ml_collections
 import numpy as np
 
-from rank4jax.training.experiment import run_all, write_outputs
+from rank4jax.experiments.runner import run_all, write_outputs
 
 VARIANTS = {  # name → model.zpx overrides
     "standard": {"score": "standard", "center_weight": 0.0},

@@ -1,0 +1,1 @@
+"""Checkpoints: orbax storage of a run (``storage``) and the fallback from damaged ones (``damage``)."""

@@ -1,0 +1,94 @@
+"""A saved run rebuilt from its checkpoint alone: the run config and tokenizer it carries, its model
+family and model config (score variant included), and the parameters.
+
+``load_run(workdir)`` is the public way to study a trained run (notebooks, the README)::
+
+    run = rank4jax.load_run("runs/default")              # step="best" | "latest" | a number
+    logits = rank4jax.forward(run.params, inputs, run.model_cfg)
+
+Evaluation uses ``restore_run`` with its own placement of the parameters (a mesh's shardings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from rank4jax.checkpoint.damage import first_readable, quiet_library_noise
+from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.models.family import ModelFamily, get_family
+from rank4jax.training.run_config import from_json_dict
+from rank4jax.training.sharding import with_shardings
+from rank4jax.training.state import TrainState, abstract_train_state
+
+
+@dataclasses.dataclass
+class SavedRun:
+    """What a checkpoint says about its run: config, tokenizer, model family and config, and the
+    abstract train state (ShapeDtypeStructs) to restore into."""
+
+    step: int
+    config: object  # ml_collections.ConfigDict
+    tokenizer: object
+    family: ModelFamily
+    model_cfg: object
+    abstract_state: TrainState
+
+
+def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
+    step = ckpt.resolve_step(step)
+    saved, tokenizer = ckpt.load_meta(step)
+    config = from_json_dict(saved)
+    family = get_family(config.model_family)
+    model_cfg = family.make_config(config.model, tokenizer.vocab_size)
+    return SavedRun(step, config, tokenizer, family, model_cfg, abstract_train_state(config, family, model_cfg))
+
+
+def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):
+    """(SavedRun, parameters) of checkpoint ``which`` ('best', 'latest' or a step). ``place(run)``
+    gives the abstract parameters with their shardings (default: the run's, unsharded). For 'best'
+    and 'latest' a damaged checkpoint, or one deleted while it is read (a training run in the same
+    workdir), falls back to the newest readable other one with a warning; a damaged step asked for by
+    number is one error."""
+    place = place or (lambda run: run.abstract_state.params)
+
+    def load(step):
+        run = describe_run(ckpt, step)
+        return run, ckpt.restore_params(step, place(run))
+
+    first = ckpt.resolve_step(which)
+    if which not in (None, "best", "latest"):
+        quiet_library_noise()
+        return load(first)
+    candidates = [first] + [s for s in reversed(ckpt.all_steps()) if s != first]
+    return first_readable(ckpt, candidates, load)[1]
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A trained run as numpy on the host: ``params`` feed ``rank4jax.forward`` (or the family's own
+    functions) with ``model_cfg`` directly."""
+
+    params: dict  # nested dict of numpy arrays
+    model_cfg: object  # Rank4Config, BaselineConfig, … as the library builds it
+    tokenizer: object
+    config: object  # the run config (ml_collections.ConfigDict)
+    step: int
+    family: ModelFamily
+
+
+def load_run(workdir: str, step: str | int = "best") -> LoadedRun:
+    """The parameters (alone: the optimiser moments are never read), model config, tokenizer, run
+    config and step of a run's checkpoint ``step`` ('best', 'latest' or a number), on the CPU."""
+    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+
+    def on_cpu(run):
+        params = run.abstract_state.params
+        return with_shardings(params, jax.tree_util.tree_map(lambda _: cpu, params))
+
+    with RunCheckpoints(workdir, read_only=True) as ckpt:
+        run, params = restore_run(ckpt, step, on_cpu)
+    params = jax.tree_util.tree_map(np.asarray, params)
+    return LoadedRun(params, run.model_cfg, run.tokenizer, run.config, run.step, run.family)

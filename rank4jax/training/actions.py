@@ -1,0 +1,56 @@
+"""What the training loop does after every step, in order: note a preemption, log the train
+metrics, validate (and judge early stopping), checkpoint, and say whether to stop."""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+
+from rank4jax.checkpoint.storage import BEST_METRIC
+from rank4jax.errors import TrainingDivergedError
+from rank4jax.training.data_setup import validation_windows
+
+
+class PeriodicActions:
+    def __init__(self, run, out, early, stop):
+        self.run, self.out, self.early, self.stop = run, out, early, stop
+        self.val_windows = validation_windows(run.data)
+        self.last_val = None  # every checkpoint carries its validation loss
+        self.interrupted = None  # the signal's name when one stopped the run
+
+    def __call__(self, step: int, state, batches) -> bool:
+        """The actions after ``step``; True when the run stops here."""
+        config, ckpt = self.run.config, self.run.ckpt
+        if ckpt.reached_preemption(step):  # every process of a multi-process run, same step
+            self.stop.signal = self.stop.signal or signal.SIGTERM
+        signalled = self.stop.signal is not None
+        is_last = step == config.num_steps
+        validate_now = (step % config.eval_every == 0 or is_last) and not signalled
+        if step % config.log_every == 0 or validate_now or is_last or signalled:
+            self.out.log_train(step)
+        if validate_now:
+            self.validate(step, state)
+        if signalled:
+            # preemption: save now, no validation pass. Saved without a metric, the step is never the
+            # best one; a resumed run validates at its next eval_every boundary.
+            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, None)
+            self.interrupted = self.stop.name
+            return True
+        # with early stopping every validated step is checkpointed (its state resumes from them)
+        if step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
+            metric = {BEST_METRIC: self.last_val["window_ce"]}
+            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
+        return self.early.stopped
+
+    def validate(self, step: int, state) -> None:
+        metrics = self.run.evaluators.windows(state.params, self.val_windows)
+        if not np.isfinite(metrics["window_ce"]):
+            raise TrainingDivergedError(f"validation loss is {metrics['window_ce']} at step {step}; not saved")
+        self.out.log_validation(step, metrics)
+        self.last_val = metrics
+        if self.early.update(step, metrics["window_ce"]):
+            self.out.say(
+                f"step {step}: stopping early: no improvement of the validation {self.run.family.selection_loss} "
+                f"in {self.early.patience} validations (best {self.early.best:.4f} at step {self.early.best_step})"
+            )

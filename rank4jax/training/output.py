@@ -1,0 +1,139 @@
+"""A training run's one output channel: metrics.jsonl and TensorBoard (``metrics.MetricsWriter``),
+the progress bar and the log lines (process 0 only), and the run summary at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from rank4jax.errors import TrainingDivergedError
+from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
+
+
+class Output:
+    def __init__(self, run, start: int):
+        self.run, self.start = run, start
+        self.writer = MetricsWriter(run.workdir, enabled=run.is_main)
+        self.bar = tqdm(
+            total=run.config.num_steps,
+            initial=start,
+            disable=not (run.config.progress_bar and run.is_main),
+            unit="step",
+            dynamic_ncols=True,
+        )
+        self.pending, self.since = [], time.perf_counter()  # the step metrics not yet fetched, and since when
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.bar.close()
+        self.writer.close()
+
+    def say(self, text: str) -> None:
+        if self.run.is_main:
+            self.bar.write(text)
+
+    def announce(self, start: int, early) -> None:
+        run = self.run
+        if early.stopped:
+            self.say(
+                f"rank4jax: {run.workdir} stopped early at step {start} (best step {early.best_step}); nothing to train"
+            )
+        elif start == 0:
+            self.say(
+                f"rank4jax: {run.family.name} model, {run.n_params:,} parameters; data {json.dumps(run.data.summary())}"
+            )
+            mesh = run.programs.mesh
+            self.say(f"rank4jax: mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices")
+        else:
+            self.say(f"rank4jax: resuming {run.workdir} from step {start}")
+
+    def step_done(self, metrics: dict) -> None:
+        self.pending.append(metrics)  # stays on the device: no host sync per step
+        self.bar.update(1)
+
+    def log_train(self, step: int) -> None:
+        record = _train_record(self.pending, step, self.since, self.run.config.batch_size, self.start)
+        self.writer.write(record)
+        self.bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
+        self.pending, self.since = [], time.perf_counter()
+
+    def log_validation(self, step: int, metrics: dict) -> None:
+        self.writer.write({"step": step, "split": "validation", **metrics})
+        self.say(
+            f"step {step}: val {self.run.family.selection_loss} {metrics['window_ce']:.4f}, "
+            f"LS(T) {metrics['last_slice_ce']:.4f}, token acc {metrics['token_accuracy']:.3f}"
+        )
+        self.since = time.perf_counter()  # the validation pass is not training time
+
+
+def _train_record(pending: list, step: int, since: float, batch_size: int, resumed_at: int) -> dict:
+    """Fetch the pending step metrics (this waits for the steps to finish: dispatch is asynchronous,
+    so the interval is timed after the fetch, from ``since``, the end of the previous one)."""
+    fetched = jax.device_get(pending)
+    seconds = time.perf_counter() - since
+    losses = np.array([m["loss"] for m in fetched], np.float64)
+    norms = np.array([m["grad_norm"] for m in fetched], np.float64)
+    bad = ~(np.isfinite(losses) & np.isfinite(norms))
+    if bad.any():
+        i = int(np.argmax(bad))
+        advice = "Try a lower optim.learning_rate or set optim.grad_clip_norm."
+        if resumed_at and step - len(fetched) == resumed_at:  # right after a resume: suspect the checkpoint
+            advice = (
+                f"This is the first interval after resuming from checkpoint {resumed_at}: its optimiser state "
+                f"may be damaged; move checkpoints/{resumed_at} aside to resume from the one before (if that "
+                "diverges too, lower optim.learning_rate)."
+            )
+        raise TrainingDivergedError(
+            f"training diverged at step {step - len(fetched) + 1 + i}: loss={losses[i]}, grad_norm={norms[i]}. "
+            f"Stopped without saving; the checkpoints already in the workdir are intact. {advice}"
+        )
+    ls_tokens = sum(float(m["last_slice_tokens"]) for m in fetched)
+    return {
+        "step": step,
+        "split": "train",
+        "loss": float(losses.mean()),
+        "last_slice_ce": sum(float(m["last_slice_ce_sum"]) for m in fetched) / max(ls_tokens, 1.0),
+        "grad_norm": float(norms.mean()),  # L2 norms (big_vision): gradient and update means over
+        "update_norm": float(np.mean([m["update_norm"] for m in fetched])),  # the interval,
+        "param_norm": float(fetched[-1]["param_norm"]),  # parameters after its last step
+        "windows_per_s": len(fetched) * batch_size / max(seconds, 1e-9),
+    }
+
+
+def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: float) -> dict:
+    """``train_summary.json`` (merged with the previous run's when this one resumed) and the curves."""
+    summary_path = os.path.join(run.workdir, SUMMARY_FILE)
+    previous = {}
+    if start > 0 and os.path.isfile(summary_path):
+        with open(summary_path, encoding="utf-8") as f:
+            previous = json.load(f)
+    ran = final_step > start  # rerunning a finished run trains nothing: its time and figures stay
+    elapsed = elapsed if ran else 0.0
+    summary = {
+        "workdir": os.path.abspath(run.workdir),
+        "model_family": run.family.name,
+        "selection_loss": run.family.selection_loss,  # what "window_ce" measures for this family
+        "parameters": run.n_params,
+        "step": final_step,
+        "best_step": run.ckpt.best_step(),
+        "interrupted": actions.interrupted,
+        "early_stopped": actions.early.stopped,  # stopped by early_stop_patience before num_steps
+        "wall_time_s": elapsed,
+        "wall_time_total_s": float(previous.get("wall_time_total_s", 0.0)) + elapsed,  # across resumptions
+        "final_validation": actions.last_val if ran else previous.get("final_validation"),
+        "batch_layout": run.layout.name,  # what the train step consumed: full, trimmed or compact batches
+        "compiled_train_step": step_fn.peak_memory() if ran else previous.get("compiled_train_step"),
+        "data": run.data.summary(),
+    }
+    if run.is_main:
+        with open(summary_path, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+        plot_curves(run.workdir)
+    return summary

@@ -1,0 +1,157 @@
+"""The setup steps of a training run: prepare it (lock, workdir check, data, mesh, model config,
+programs, evaluators), then restore its train state or create it.
+
+A workdir that already holds checkpoints must come from the same model, tokenizer and data config
+(``run_config.identity_differences``) and the same data bytes; a damaged newest checkpoint falls back
+to the newest readable one (single process: the damaged ones are moved aside). Changed ``optim``
+settings are allowed on resume: the state is restored into the optimiser it was saved with, then Adam's
+moments and step are carried into the new one (``state.carry_optimizer_state``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import jax
+import ml_collections
+
+from rank4jax.checkpoint.damage import first_readable
+from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.errors import CheckpointError, say
+from rank4jax.evaluation.evaluators import Evaluators
+from rank4jax.models.family import ModelFamily, get_family
+from rank4jax.training import sharding
+from rank4jax.training.batches import batch_layout
+from rank4jax.training.data_setup import RunData, prepare_data, validation_windows
+from rank4jax.training.programs import Programs, build_programs, optim_key
+from rank4jax.training.run_config import FINGERPRINT_KEY, data_fingerprint, identity_differences, to_json_dict
+from rank4jax.training.state import TrainState, carry_optimizer_state, create_train_state, make_optimizer
+from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a training run holds fixed: set up once, read by the loop and its actions."""
+
+    config: ml_collections.ConfigDict
+    workdir: str
+    family: ModelFamily
+    model_cfg: object
+    data: RunData
+    layout: object  # the step's batch layout (rank4jax.training.batches)
+    programs: Programs
+    evaluators: Evaluators
+    ckpt: RunCheckpoints
+    saved: dict | None  # the config the workdir's checkpoints were written with (None: a new run)
+    saved_config: dict  # what this run's checkpoints carry: its config and the data's fingerprint
+    n_params: int
+
+    @property
+    def tokenizer(self):
+        return self.data.tokenizer
+
+    @property
+    def is_main(self) -> bool:
+        return jax.process_index() == 0
+
+
+def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextlib.ExitStack) -> Run:
+    """Lock the workdir, check its checkpoints against ``config``, read the data, build the mesh,
+    the model config, the programs and the evaluators. Nothing is allocated for the model yet."""
+    family = get_family(config.model_family)
+    make_workdir(workdir)
+    stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
+    ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
+    fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved
+    tokenizer, saved = _check_workdir(ckpt, config, workdir, fingerprint)
+    data = prepare_data(config, tokenizer)
+    validation_windows(data)  # refuse a run with nothing to validate on before any work
+    model_cfg = family.make_config(config.model, data.tokenizer.vocab_size)
+    mesh = sharding.make_mesh(config.mesh.data, config.mesh.model)
+    sharding.check_divisibility(
+        mesh,
+        batch_sizes={"batch_size": config.batch_size, "eval_batch_size": config.eval_batch_size},
+        n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
+        hidden=4 * config.model.dx * config.model.dt,
+    )
+    layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
+    programs = build_programs(family, model_cfg, optim_key(config.optim), mesh)
+    n_params = family.count_params(model_cfg)
+    sharding.check_state_fits(programs.abstract, programs.state_sharding, n_params)  # before allocating
+    evaluators = Evaluators(programs, config.eval_batch_size, layout)
+    saved_config = to_json_dict(config) | {FINGERPRINT_KEY: fingerprint}
+    return Run(
+        config, workdir, family, model_cfg, data, layout, programs, evaluators, ckpt, saved, saved_config, n_params
+    )
+
+
+def _check_workdir(ckpt: RunCheckpoints, config, workdir: str, fingerprint: str | None):
+    """(tokenizer, saved config dict) of an existing run, after checking its config matches;
+    (None, None) for a new run. A config mismatch is never damage."""
+    steps = ckpt.all_steps()
+    if not steps:
+        return None, None
+
+    def check(step):
+        saved, tokenizer = ckpt.load_meta(step)
+        diffs = identity_differences(saved, config)
+        old = saved.get(FINGERPRINT_KEY)
+        if not diffs and old and fingerprint and old != fingerprint:
+            diffs = [
+                f"the data at {config.data.path} has changed since these checkpoints were written "
+                f"(SHA-256 {old[:12]}… then, {fingerprint[:12]}… now)"
+            ]
+        if diffs:
+            more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+            raise CheckpointError(
+                f"{workdir} holds checkpoints of a different config: {diffs[0]}{more}. "
+                "Use a new --workdir, or the config that wrote these checkpoints; nothing was changed."
+            )
+        return tokenizer, saved
+
+    single = jax.process_count() == 1
+    return first_readable(ckpt, steps[::-1] if single else steps[-1:], check, set_aside=single)[1]
+
+
+def restore_or_init(run: Run, train_iter) -> TrainState:
+    """The newest readable checkpoint's state (and ``train_iter`` moved to its position), or a fresh
+    state created directly sharded (with the family's data-derived buffers)."""
+    programs = run.programs
+    if run.ckpt.latest_step() is None:
+        state = programs.init(jax.random.key(run.config.seed))
+        if run.family.init_from_data is not None:  # data-derived buffers, then kept by every checkpoint
+            params = run.family.init_from_data(state.params, run.data.windows["train"].windows, run.model_cfg)
+            state = state.replace(params=jax.device_put(params, programs.state_sharding.params))
+        return state
+    changed = optim_changes(run.saved, run.config)
+    abstract = programs.abstract
+    if changed:  # restore into the optimiser state the checkpoint was written with
+        old = make_optimizer(ml_collections.ConfigDict(run.saved["optim"]))
+        init_old = functools.partial(create_train_state, family=run.family, model_cfg=run.model_cfg, optimizer=old)
+        abstract = jax.eval_shape(init_old, jax.random.key(0))
+    target = sharding.with_shardings(abstract, sharding.state_shardings(programs.mesh, abstract))
+    single = jax.process_count() == 1
+    _, state = first_readable(
+        run.ckpt,
+        run.ckpt.all_steps()[::-1] if single else [run.ckpt.latest_step()],
+        lambda step: run.ckpt.restore_state(step, target, train_iter),
+        set_aside=single,
+    )
+    if changed:
+        fresh = jax.jit(programs.optimizer.init, out_shardings=programs.state_sharding.opt_state)(state.params)
+        opt_state = carry_optimizer_state(state.opt_state, fresh, state.step)
+        state = state.replace(opt_state=jax.device_put(opt_state, programs.state_sharding.opt_state))
+        if run.is_main:
+            what = "; ".join(changed)
+            say(f"rank4jax: optimiser settings changed on resume ({what}): Adam moments and step carried over")
+    return state
+
+
+def optim_changes(saved: dict | None, config) -> list[str]:
+    """``optim`` fields that differ between a checkpoint's config and this run's."""
+    old, new = (saved or {}).get("optim") or {}, to_json_dict(config)["optim"]
+    if not old:
+        return []
+    return [f"{k}: {old.get(k)!r} → {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
