@@ -43,7 +43,7 @@ def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
     config = from_json_dict(saved)
     family = get_family(config.model_family)
     model_cfg = family.make_config(config.model, tokenizer.vocab_size)
-    return SavedRun(step, config, tokenizer, family, model_cfg, abstract_train_state(config, family, model_cfg))
+    return SavedRun(step, config, tokenizer, family, model_cfg, abstract_train_state(config.optim, family, model_cfg))
 
 
 def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):

@@ -1,4 +1,7 @@
-"""Small run configs for fast end-to-end tests; random parameters without compiling an init."""
+"""Small run configs for fast end-to-end tests; random parameters without compiling an init; JAX's
+compile log."""
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +43,23 @@ def tiny_config(**overrides):
             node = node[p]
         node[leaf] = value
     return c
+
+
+@contextlib.contextmanager
+def compile_log():
+    """The names of the programs JAX lowers to XLA inside the block (its own compile log: every lowering
+    is then compiled, or loaded from the persistent compilation cache), e.g. ``jit(train_step)``."""
+    names = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            names.append(kwargs.get("fun_name", "?"))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def numpy_params(init_fn, cfg, dtype=np.float32, seed=0):

@@ -139,9 +139,9 @@ def test_training_steps_match_between_modes(tmp_path):
     from rank4jax.training.metrics import read_metrics
     from tests.helpers import tiny_config
 
-    losses = {}
-    for mode in ("autodiff", "analytic"):
-        config = tiny_config(num_steps=4, log_every=1, **{"model.attention": mode, "model.n_layers": 2})
+    losses = {}  # tiny_config's model (one layer; two layers: test_two_layer_model_loss_*): the autodiff
+    for mode in ("autodiff", "analytic"):  # run's programs are those every other tiny run compiles
+        config = tiny_config(num_steps=4, log_every=1, **{"model.attention": mode})
         train(config, str(tmp_path / mode))
         losses[mode] = [r["loss"] for r in read_metrics(str(tmp_path / mode))["train"]]
     assert len(losses["analytic"]) == 4

@@ -8,6 +8,8 @@ import rank4jax
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
+from rank4jax.runs import load_run
+from rank4jax.training.data_setup import prepare_data
 from rank4jax.training.loop import train
 from tests.helpers import numpy_params, tiny_config
 
@@ -107,7 +109,11 @@ def test_compare_writes_a_table_over_the_same_tokens(tmp_path):
     rank4 = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2)
     base = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2, **{"model_family": "baseline"})
     result = compare(rank4, base, str(tmp_path), split="validation")
-    assert result["rank4_params"] > 0 and result["baseline_params"] > 0 and result["ls_tokens"] > 0
+    tokenizer = load_run(str(tmp_path / "rank4")).tokenizer
+    for name, family, config in (("rank4", RANK4, rank4), ("baseline", BASELINE, base)):
+        assert result[f"{name}_params"] == family.count_params(family.make_config(config.model, tokenizer.vocab_size))
+    last = prepare_data(rank4, tokenizer).windows["validation"].windows[:, -1]  # S(T) of every window
+    assert result["ls_tokens"] == int(np.sum(last != 0))  # both models over S(T)'s every token
     assert "| rank-4 LS(T) | baseline LS(T) | Δ |" in (tmp_path / "compare.md").read_text()
     assert json.loads((tmp_path / "compare.json").read_text())["delta"] == result["delta"]
     assert (tmp_path / "plots" / "compare_curves.png").is_file()

@@ -6,8 +6,13 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from rank4jax.models.family import get_family
+from rank4jax.training import sharding
+from rank4jax.training.programs import build_programs, optim_key
 from rank4jax.training.run_config import validate
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 
@@ -42,7 +47,28 @@ def test_every_config_file_loads_and_validates(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.__doc__ and "python train.py" in module.__doc__ and "runtime" in module.__doc__.lower()
-    validate(module.get_config())
+    config = module.get_config()
+    validate(config)
+    # the config's train and eval steps at its own sizes, by shape only (jax.eval_shape: nothing is
+    # allocated or compiled, so the paper-size configs are checked too)
+    family = get_family(config.model_family)
+    model_cfg = family.make_config(config.model, 1000)
+    programs = build_programs(family, model_cfg, optim_key(config.optim), sharding.make_mesh(1, 1))
+    n, t, b = config.model.n_tokens, config.model.n_slices, config.batch_size
+    windows = jax.ShapeDtypeStruct((b, t + 1, n), jnp.int32)
+    state, metrics = jax.eval_shape(programs.train_step, programs.abstract, windows)
+    assert state.step.shape == () and jax.tree.map(lambda x: x.shape, state.params) == jax.tree.map(
+        lambda x: x.shape, programs.abstract.params
+    )
+    assert {k: v.shape for k, v in metrics.items()} == dict.fromkeys(
+        ("loss", "grad_norm", "param_norm", "update_norm", "last_slice_ce_sum", "last_slice_tokens"), ()
+    )
+    sums = jax.eval_shape(programs.eval_step, programs.abstract.params, windows)
+    assert {k: v.shape for k, v in sums.items()} == dict.fromkeys(
+        ("window_ce_sum", "window_tokens", "last_slice_ce_sum", "last_slice_tokens", "correct_tokens"), ()
+    )
+    trained = {k: v for k, v in programs.abstract.params.items() if k != "buffers"}  # not the SPLM's fixed table
+    assert family.count_params(model_cfg) == sum(x.size for x in jax.tree.leaves(trained))
 
 
 def test_help_lists_flags():

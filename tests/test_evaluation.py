@@ -21,7 +21,6 @@ from rank4jax.evaluation.report import evaluate_run, report_stem
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.runs import load_run
-from rank4jax.training.loop import train
 from tests.conftest import REPO
 from tests.helpers import numpy_params
 from tests.test_cli import run
@@ -189,31 +188,6 @@ def test_rollout_steps_zero_and_negative(tiny_run_copy):
     out = run("eval.py", f"--workdir={tiny_run_copy}", "--rollout_steps=0", "--split=all")
     assert out.returncode == 0, out.stderr
     assert "rollout mean CE" not in out.stdout and '"split": "all"' in out.stdout
-
-
-@pytest.fixture
-def roc_slice(tmp_path):
-    if not SHARED_ROC.is_file():
-        pytest.skip(f"shared ROCStories data not found at {SHARED_ROC} (present in CI, absent on a fresh clone)")
-    path = tmp_path / "roc_slice.csv"
-    with open(SHARED_ROC, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as dst:
-        dst.writelines(line for _, line in zip(range(401), src, strict=False))  # header + 400 stories
-    return str(path)
-
-
-@pytest.mark.parametrize("name", ["rocstories", "baseline_rocstories"])
-def test_rocstories_configs_run_a_few_steps_on_a_slice(name, roc_slice, tmp_path):
-    import importlib
-
-    config = importlib.import_module(f"configs.{name}").get_config()
-    assert config.data.path.endswith("rocstories_spring2016_first45000.csv")
-    assert (config.model.n_slices, config.model.n_tokens) == (4, 16)
-    config.data.path = roc_slice
-    config.num_steps, config.eval_every, config.checkpoint_every, config.log_every = 3, 3, 3, 1
-    config.progress_bar = False
-    summary = train(config, str(tmp_path / name))
-    assert summary["step"] == 3 and summary["data"]["train_windows"] > 250
-    assert np.isfinite(summary["final_validation"]["last_slice_ce"])
 
 
 def test_rocstories_configs_share_windows_and_match_parameters():

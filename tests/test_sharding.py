@@ -12,7 +12,7 @@ from rank4jax.training import sharding
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
 from rank4jax.training.programs import build_programs, optim_key
-from tests.helpers import tiny_config
+from tests.helpers import compile_log, tiny_config
 
 MESHES = {"single": (1, 1), "data2": (2, 1), "model2": (1, 2)}
 
@@ -67,13 +67,14 @@ def test_state_is_sharded_by_name_and_step_compiles_once():
     state = programs.init(jax.random.key(0))
     wq = state.params["layers"][0]["attn"]["wq"]
     assert len(wq.addressable_shards) == 2 and wq.addressable_shards[0].data.shape[0] == model_cfg.n_heads // 2
-    step = programs.train_step
     rng = np.random.default_rng(0)
-    for _ in range(3):
-        batch = rng.integers(0, 50, (config.batch_size, model_cfg.n_slices + 1, model_cfg.n_tokens), dtype=np.int32)
-        state, metrics = step(state, sharding.put_batch(batch, sharding.batch_sharding(mesh)))
-    assert np.isfinite(float(metrics["loss"])) and int(state.step) == 3
-    assert step._cache_size() == 1
+    with compile_log() as compiled:
+        for _ in range(3):
+            shape = (config.batch_size, model_cfg.n_slices + 1, model_cfg.n_tokens)
+            batch = rng.integers(0, 50, shape, dtype=np.int32)
+            state, metrics = programs.train_step(state, sharding.put_batch(batch, programs.batch_sharding))
+        assert np.isfinite(float(metrics["loss"])) and int(state.step) == 3
+    assert compiled == ["jit(train_step)"]  # one program for the three steps
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 causal EMA, the closed-form Gaussian force against autodiff, V_θ bounds, the model card's parameter
 count, the causal-leak probe (and that it can fail), the surprisal buffer, and a smoke run."""
 
+import copy
 import json
 import os
 
@@ -121,8 +122,23 @@ def test_matched_configs_come_close_to_the_gaussian_count():
     for name, c in configs.items():
         family = SPLM if c.model_family == "splm" else BASELINE_LM
         counts[name] = family.count_params(family.make_config(c.model, 60))
-    for name in ("attention", "splm_mlp"):
-        assert abs(counts[name] - counts["splm_gaussian"]) / counts["splm_gaussian"] < 0.35, counts
+    target = counts["splm_gaussian"]
+
+    def count_with(name, field, value):  # the count with one size field changed
+        c = copy.deepcopy(configs[name])
+        section = c.model.splm if field == "mlp_hidden" else c.model
+        section[field] = value
+        family = SPLM if c.model_family == "splm" else BASELINE_LM
+        return family.count_params(family.make_config(c.model, 60))
+
+    # each matched size is the closest to the Gaussian's count: both neighbours are farther (counts
+    # grow with the size, so no other candidate can be closer)
+    for name, field, step in (("attention", "n_layers", 1), ("splm_mlp", "mlp_hidden", 8)):
+        chosen = configs[name].model.splm[field] if field == "mlp_hidden" else configs[name].model[field]
+        gap = abs(counts[name] - target)
+        for neighbour in (chosen - step, chosen + step):
+            if neighbour >= step:
+                assert abs(count_with(name, field, neighbour) - target) >= gap, (name, neighbour)
 
 
 @pytest.mark.parametrize("family", ["splm", "baseline_lm"])

@@ -109,14 +109,17 @@ def test_baseline_cached_decode_equals_full_recomputation_with_zpx():
 def test_center_regulariser_enters_the_objective(family):
     sizes = SIZES | {"dt": 4}
     cfg_cls = rank4.Rank4Config if family is RANK4 else baseline.BaselineConfig
-    with_reg = cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3, center_weight=0.5))
-    without = cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3))
-    params = numpy_params(family.init, with_reg)  # numpy: nothing to compile
+    cfgs = {
+        w: cfg_cls(**sizes, score=zpx.ZPXConfig(score="zpx_angle", channels=3, center_weight=w)) for w in (0, 1, 0.5)
+    }
+    params = numpy_params(family.init, cfgs[1])  # numpy: nothing to compile
     loss_sums = jax.jit(family.loss_sums, static_argnums=2)  # eager, a program per primitive
-    a = loss_sums(params, _windows(), with_reg)
-    b = loss_sums(params, _windows(), without)
-    assert float(a["window_ce_sum"]) == pytest.approx(float(b["window_ce_sum"]))
-    assert float(a["objective"]) > float(b["objective"])
+    sums = {w: jax.tree.map(float, loss_sums(params, _windows(), cfg)) for w, cfg in cfgs.items()}
+    assert sums[0]["objective"] == pytest.approx(sums[0]["window_ce_sum"] / sums[0]["window_tokens"], rel=1e-6)
+    centre = sums[1]["objective"] - sums[0]["objective"]  # the centre-cancellation term at weight 1
+    assert centre > 1e-3  # the term is there ...
+    assert sums[0.5]["objective"] == pytest.approx(sums[0]["objective"] + 0.5 * centre, rel=1e-6)  # ... weighted
+    assert sums[0.5]["window_ce_sum"] == sums[0]["window_ce_sum"]  # the CE itself is untouched
 
 
 def test_zpx_config_errors():

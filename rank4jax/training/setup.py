@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 
 import jax
 import ml_collections
@@ -27,7 +26,7 @@ from rank4jax.training.batches import batch_layout
 from rank4jax.training.data_setup import RunData, prepare_data, validation_windows
 from rank4jax.training.programs import Programs, build_programs, optim_key
 from rank4jax.training.run_config import FINGERPRINT_KEY, data_fingerprint, identity_differences, to_json_dict
-from rank4jax.training.state import TrainState, carry_optimizer_state, create_train_state, make_optimizer
+from rank4jax.training.state import TrainState, abstract_train_state, carry_optimizer_state
 from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
 
 
@@ -128,9 +127,7 @@ def restore_or_init(run: Run, train_iter) -> TrainState:
     changed = optim_changes(run.saved, run.config)
     abstract = programs.abstract
     if changed:  # restore into the optimiser state the checkpoint was written with
-        old = make_optimizer(ml_collections.ConfigDict(run.saved["optim"]))
-        init_old = functools.partial(create_train_state, family=run.family, model_cfg=run.model_cfg, optimizer=old)
-        abstract = jax.eval_shape(init_old, jax.random.key(0))
+        abstract = abstract_train_state(ml_collections.ConfigDict(run.saved["optim"]), run.family, run.model_cfg)
     target = sharding.with_shardings(abstract, sharding.state_shardings(programs.mesh, abstract))
     single = jax.process_count() == 1
     _, state = first_readable(

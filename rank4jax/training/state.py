@@ -41,13 +41,10 @@ def make_optimizer(optim) -> optax.GradientTransformation:
     return adamw
 
 
-def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer, param_dtype=None) -> TrainState:
-    """Pure: jit it with ``out_shardings`` to create the state directly on the devices.
-    ``param_dtype`` (e.g. jnp.bfloat16) casts the initial parameters; the forward follows their dtype."""
+def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer) -> TrainState:
+    """Pure: jit it with ``out_shardings`` to create the state directly on the devices."""
     init_key, dropout_key = jax.random.split(key)
     params = family.init(init_key, model_cfg)
-    if param_dtype is not None:
-        params = jax.tree_util.tree_map(lambda leaf: leaf.astype(param_dtype), params)
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
@@ -56,9 +53,10 @@ def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer
     )
 
 
-def abstract_train_state(config, family: ModelFamily, model_cfg) -> TrainState:
-    """The train state's shapes and dtypes (ShapeDtypeStructs) under ``config.optim``; nothing is allocated."""
-    optimizer = make_optimizer(config.optim)
+def abstract_train_state(optim, family: ModelFamily, model_cfg) -> TrainState:
+    """The train state's shapes and dtypes (ShapeDtypeStructs) under the ``optim`` settings; nothing
+    is allocated."""
+    optimizer = make_optimizer(optim)
     return jax.eval_shape(lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(0))
 
 
