@@ -25,6 +25,9 @@ with config_flag_errors():
     )
 _WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Directory holding rank4/ and baseline/ runs.")
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split for the reported LS(T).")
+_CONTEXTS = flags.DEFINE_integer(
+    "cloze_contexts", 8, "K: other stories' contexts estimating an ending's prior (PMI and ending-only rules)."
+)
 _CLOZE = flags.DEFINE_string(
     "cloze_data",
     "",
@@ -39,7 +42,12 @@ def main(argv):
         logging.set_verbosity(logging.ERROR)
     result = run_reporting_user_errors(
         lambda: compare(
-            config_value(_RANK4), config_value(_BASELINE), _WORKDIR.value, _SPLIT.value, _CLOZE.value or None
+            config_value(_RANK4),
+            config_value(_BASELINE),
+            _WORKDIR.value,
+            _SPLIT.value,
+            _CLOZE.value or None,
+            _CONTEXTS.value,
         )
     )
     print(result["table"])

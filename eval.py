@@ -37,6 +37,9 @@ _STEP = flags.DEFINE_string("step", "best", "Checkpoint: 'best' (lowest validati
 _DATA = flags.DEFINE_string("data", None, "Evaluate on this file's split instead of the run's data.")
 _EXAMPLES = flags.DEFINE_integer("examples", 5, "Decoded predictions to show.")
 _ROLLOUT = flags.DEFINE_integer("rollout_steps", 3, "Rollout length (SPEC §8); 0 skips the rollout.")
+_CONTEXTS = flags.DEFINE_integer(
+    "cloze_contexts", 8, "K: other stories' contexts estimating an ending's prior (PMI and ending-only rules)."
+)
 
 
 def main(argv):
@@ -46,14 +49,30 @@ def main(argv):
         logging.set_verbosity(logging.ERROR)  # orbax warns on every read-only open
     with stop_on_signals("evaluation"):  # Ctrl-C: one line and status 130, never swallowed
         report = run_reporting_user_errors(
-            evaluate_run, _WORKDIR.value, _SPLIT.value, _STEP.value, _DATA.value, _EXAMPLES.value, _ROLLOUT.value
+            evaluate_run,
+            _WORKDIR.value,
+            _SPLIT.value,
+            _STEP.value,
+            _DATA.value,
+            _EXAMPLES.value,
+            _ROLLOUT.value,
+            _CONTEXTS.value,
         )
     headline = {
         k: report[k]
-        for k in ("step", "split", "windows", "window_ce", "last_slice_ce", "token_accuracy")
+        for k in (
+            "step",
+            "split",
+            "windows",
+            "window_ce",
+            "last_slice_ce",
+            "token_accuracy",
+            "last_slice_ce_other_context",
+            "context_gain",
+        )  # fmt: skip
         if k in report
     }
-    for key in ("cloze_stories", "cloze_accuracy", "cloze_accuracy_normalised"):
+    for key in ("cloze_stories", "cloze_accuracy", "cloze_accuracy_normalised", "cloze_accuracy_ending_only"):
         if key in report:
             headline[key] = report[key]
     print(json.dumps(headline, indent=2))

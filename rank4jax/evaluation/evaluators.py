@@ -109,7 +109,9 @@ def cloze_scores(score, params, pairs: np.ndarray, batch_size: int, n_contexts: 
     """pairs (W, 2, T+1, N): the story's context, then each candidate ending as S(T).
 
     Returns ``mean_ce`` (W, 2), the first rule's score (lower wins), and, with two stories or more,
-    ``pmi`` (W, 2), the second rule's (higher wins; see the module docstring) and ``contexts`` K."""
+    ``pmi`` (W, 2), the second rule's (higher wins; see the module docstring), ``prior`` (W, 2), the
+    third's: log mean_k p(e | c_k), the ending's likelihood without its story (higher wins), and
+    ``contexts`` K."""
     w, shape = len(pairs), pairs.shape[2:]
     ce = batched(score, params, pairs.reshape((2 * w,) + shape), batch_size).reshape(w, 2)
     out = {"mean_ce": ce}
@@ -125,24 +127,41 @@ def cloze_scores(score, params, pairs: np.ndarray, batch_size: int, n_contexts: 
     other = batched(score, params, swapped, batch_size).reshape(k, w, 2)
     log_p_own = -ce * n_tok  # log p(e | c), summed over the ending's tokens
     log_p_prior = np.logaddexp.reduce(-other * n_tok, axis=0) - np.log(k)  # log mean_k p(e | c_k)
-    return out | {"pmi": log_p_own - log_p_prior, "contexts": k}
+    return out | {"pmi": log_p_own - log_p_prior, "prior": log_p_prior, "contexts": k}
 
 
 def cloze_accuracy(
     score, params, pairs: np.ndarray, labels: np.ndarray, batch_size: int, n_contexts: int = CLOZE_CONTEXTS
 ) -> dict:
-    """Story Cloze accuracy by both rules; labels (W,) index the right ending (0 or 1)."""
+    """Story Cloze accuracy by the three rules (mean CE, PMI, ending only); labels (W,) index the right
+    ending (0 or 1). ``cloze_correct`` keeps each story's outcome per rule (0/1, in story order), for
+    paired tests between models on the same stories."""
     if not len(pairs):
         return {}
     scores = cloze_scores(score, params, pairs, batch_size, n_contexts)
-    report = {
-        "cloze_stories": len(pairs),
-        "cloze_accuracy": float(np.mean(np.argmin(scores["mean_ce"], axis=1) == labels)),
-    }
+    correct = {"mean_ce": np.argmin(scores["mean_ce"], axis=1) == labels}
     if "pmi" in scores:
-        report["cloze_accuracy_normalised"] = float(np.mean(np.argmax(scores["pmi"], axis=1) == labels))
+        correct["pmi"] = np.argmax(scores["pmi"], axis=1) == labels
+        correct["ending_only"] = np.argmax(scores["prior"], axis=1) == labels
+    report = {"cloze_stories": len(pairs), "cloze_accuracy": float(np.mean(correct["mean_ce"]))}
+    if "pmi" in scores:
+        report["cloze_accuracy_normalised"] = float(np.mean(correct["pmi"]))
+        report["cloze_accuracy_ending_only"] = float(np.mean(correct["ending_only"]))
         report["cloze_contexts"] = scores["contexts"]
-    return report
+    return report | {"cloze_correct": {rule: v.astype(int).tolist() for rule, v in correct.items()}}
+
+
+def context_donors(story_index: np.ndarray) -> np.ndarray | None:
+    """(W,) the window whose context S(0..T-1) each window is given instead of its own: a fixed
+    derangement (a cyclic shift by the most windows any story has, so every donor is another story's
+    window); None when the split has no such shift (fewer than two stories, or one story holding
+    more than half of the windows)."""
+    n = len(story_index)
+    stories, counts = np.unique(story_index, return_counts=True)
+    if len(stories) < 2:
+        return None
+    donors = (np.arange(n) + int(counts.max())) % n
+    return None if np.any(story_index[donors] == story_index) else donors
 
 
 def rollout(
@@ -193,6 +212,15 @@ class Evaluators:
         """Window loss, LS(T) and token accuracy over every window (exact means)."""
         p = self.programs
         return evaluate_windows(p.eval_step, params, windows, self.batch_size, p.batch_sharding, self.layout)
+
+    def other_context(self, params, windows: np.ndarray, story_index: np.ndarray) -> dict:
+        """``last_slice_ce_other_context``: LS(T) when each window's context S(0..T-1) is another
+        story's (``context_donors``) and its targets are its own ({} when the split has no donors)."""
+        donors = context_donors(story_index)
+        if donors is None:
+            return {}
+        lent = np.concatenate([windows[donors, :-1], windows[:, -1:]], axis=1)
+        return {"last_slice_ce_other_context": self.windows(params, lent)["last_slice_ce"]}
 
     def cloze(self, params, pairs: np.ndarray, labels: np.ndarray, n_contexts: int = CLOZE_CONTEXTS) -> dict:
         return cloze_accuracy(self.programs.score, params, pairs, labels, self.batch_size, n_contexts)

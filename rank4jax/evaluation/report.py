@@ -11,6 +11,7 @@ own, nor another file's of the same name).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import numbers
@@ -24,7 +25,7 @@ import numpy as np
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
-from rank4jax.evaluation.evaluators import Evaluators
+from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
 from rank4jax.training import sharding
@@ -56,13 +57,16 @@ def evaluate_run(
     data_path: str | None = None,
     num_examples: int = 5,
     rollout_steps: int = 3,
+    cloze_contexts: int = CLOZE_CONTEXTS,
 ) -> dict:
     """Evaluate checkpoint ``step`` of the run in ``workdir`` on ``split`` (of ``data_path`` when
-    given) and write the report; returns it."""
+    given) and write the report; returns it. ``cloze_contexts``: K, the other stories' contexts that
+    estimate an ending's prior for the PMI and ending-only Story Cloze rules."""
     if split not in EVAL_SPLITS:
         raise ConfigError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
     _check_count("rollout_steps", rollout_steps)
     _check_count("examples", num_examples)
+    _check_count("cloze_contexts", cloze_contexts)
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step)
     stories, window_set, source = prepare_split(run.config, run.tokenizer, split, path=data_path)
@@ -82,10 +86,17 @@ def evaluate_run(
     if not len(window_set.windows):
         report["note"] = "no windows in this split"
         return _write(workdir, report, data_path)
-    report |= _evaluate(evaluators, params, run, stories, window_set.windows, num_examples, rollout_steps, timings)
+    options = {"num_examples": num_examples, "rollout_steps": rollout_steps, "cloze_contexts": cloze_contexts}
+    report |= _evaluate(evaluators, params, run, stories, window_set, options, timings)
     timings["total"] = time.perf_counter() - clock
     report["timings_s"] = timings
     return _write(workdir, report, data_path)
+
+
+@functools.cache
+def eval_mesh(eval_batch_size: int) -> jax.sharding.Mesh:
+    """Data parallel over as many devices as divide the eval batch; built once per size."""
+    return sharding.make_mesh(max(d for d in range(1, jax.device_count() + 1) if eval_batch_size % d == 0), 1)
 
 
 def restore_for_evaluation(workdir: str, step: str | int = "best"):
@@ -93,24 +104,21 @@ def restore_for_evaluation(workdir: str, step: str | int = "best"):
     many devices as divide the eval batch (independent of the training mesh). A damaged checkpoint,
     or one a running training deletes meanwhile, falls back to another."""
 
-    def mesh_for(run):
-        size = run.config.eval_batch_size
-        return sharding.make_mesh(max(d for d in range(1, jax.device_count() + 1) if size % d == 0), 1)
-
     def place(run):
         params = run.abstract_state.params
-        return sharding.with_shardings(params, sharding.state_shardings(mesh_for(run), params))
+        return sharding.with_shardings(params, sharding.state_shardings(eval_mesh(run.config.eval_batch_size), params))
 
     with RunCheckpoints(workdir, read_only=True) as ckpt:
         run, params = restore_run(ckpt, step, place)
-    mesh = mesh_for(run)
+    mesh = eval_mesh(run.config.eval_batch_size)
     programs = build_programs(run.family, run.model_cfg, optim_key(run.config.optim), mesh)
     layout = batch_layout(run.config, run.family, run.model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
     return run, params, Evaluators(programs, run.config.eval_batch_size, layout)
 
 
-def _evaluate(evaluators, params, run, stories, windows, num_examples: int, rollout_steps: int, timings) -> dict:
-    """Window metrics, Story Cloze, decoded examples and the rollout, each timed into ``timings``."""
+def _evaluate(evaluators, params, run, stories, window_set, options: dict, timings: dict) -> dict:
+    """Window metrics, the context measures, Story Cloze, decoded examples and the rollout, each
+    timed into ``timings``."""
 
     def timed(name, fn, *args):
         start = time.perf_counter()
@@ -119,9 +127,13 @@ def _evaluate(evaluators, params, run, stories, windows, num_examples: int, roll
         return out
 
     tokenizer, model_cfg, t = run.tokenizer, run.model_cfg, run.model_cfg.n_slices
+    windows, num_examples = window_set.windows, options["num_examples"]
     report = timed("windows", evaluators.windows, params, windows)
+    report |= timed("other_context", evaluators.other_context, params, windows, window_set.story_index)
+    if "last_slice_ce_other_context" in report:  # nats the story's own context is worth to S(T)
+        report["context_gain"] = report["last_slice_ce_other_context"] - report["last_slice_ce"]
     pairs, labels = cloze_windows(stories, tokenizer, model_cfg.n_tokens, t)
-    report |= timed("cloze", evaluators.cloze, params, pairs, labels)
+    report |= timed("cloze", evaluators.cloze, params, pairs, labels, options["cloze_contexts"])
     shown = windows[:num_examples]
     predicted = timed("examples", evaluators.predict, params, shown) if len(shown) else shown[:, 0]
     report["examples"] = [
@@ -132,8 +144,9 @@ def _evaluate(evaluators, params, run, stories, windows, num_examples: int, roll
         }
         for window, p in zip(shown, predicted, strict=True)
     ]
-    if rollout_steps:
-        report |= timed("rollout", _rollout_report, evaluators, params, stories, run, rollout_steps, num_examples)
+    if options["rollout_steps"]:
+        n_steps = options["rollout_steps"]
+        report |= timed("rollout", _rollout_report, evaluators, params, stories, run, n_steps, num_examples)
     return report
 
 

@@ -13,6 +13,8 @@ import os
 import ml_collections
 
 from rank4jax.errors import ConfigError
+from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
+from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models.family import FAMILIES
 from rank4jax.training.run_config import to_json_dict
@@ -48,17 +50,27 @@ def _check_cloze_data(cloze_data: str | None, config) -> None:
         )
 
 
-def compare(rank4_config, baseline_config, workdir: str, split: str = "test", cloze_data: str | None = None) -> dict:
+def compare(
+    rank4_config,
+    baseline_config,
+    workdir: str,
+    split: str = "test",
+    cloze_data: str | None = None,
+    cloze_contexts: int = CLOZE_CONTEXTS,
+) -> dict:
     """Train (or resume) both runs, evaluate each selected checkpoint on ``split`` and, with
-    ``cloze_data``, on every story of that Story Cloze file (both scoring rules); write the table."""
+    ``cloze_data``, on every story of that Story Cloze file (three scoring rules, K = ``cloze_contexts``
+    lent contexts); write the table."""
     _check_same_windows(rank4_config, baseline_config)
     _check_cloze_data(cloze_data, rank4_config)
-    extra = {"cloze": {"split": "all", "data_path": cloze_data, "num_examples": 0, "rollout_steps": 0}}
+    options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
+    extra = {"cloze": {"split": "all", "data_path": cloze_data} | options}
     runs = run_all(
         {"rank4": rank4_config, "baseline": baseline_config},
         workdir,
         split=split,
         num_examples=3,
+        cloze_contexts=cloze_contexts,
         extra_evals=extra if cloze_data else None,
     )
     r, b = runs["rank4"].report, runs["baseline"].report
@@ -80,10 +92,13 @@ def compare(rank4_config, baseline_config, workdir: str, split: str = "test", cl
         "rank4_best_step": runs["rank4"].summary["best_step"],
         "baseline_best_step": runs["baseline"].summary["best_step"],
     }
-    for name, run in runs.items():  # the external file's endings, else the split's own
-        report = run.extra.get("cloze", run.report)
-        for key in ("cloze_stories", "cloze_accuracy", "cloze_accuracy_normalised", "cloze_contexts"):
+    for name, run in runs.items():
+        for key in ("last_slice_ce_other_context", "context_gain"):  # how much each model uses the story
+            result[f"{name}_{key}"] = run.report.get(key)
+        report = run.extra.get("cloze", run.report)  # the external file's endings, else the split's own
+        for key in ("cloze_stories", "cloze_contexts", *CLOZE_RULES):
             result[f"{name}_{key}"] = report.get(key)
+    result |= cloze_tests(runs["rank4"].extra.get("cloze", r), runs["baseline"].extra.get("cloze", b))
     result["cloze_data"] = cloze_data or (r["data"] + f" ({split} split)")
     result["table"] = table_markdown(result, rank4_config)
     write_outputs(workdir, "compare", result, result["table"])
@@ -91,6 +106,27 @@ def compare(rank4_config, baseline_config, workdir: str, split: str = "test", cl
         {name: run.curves for name, run in runs.items()}, os.path.join(workdir, "plots", "compare_curves.png")
     )
     return result
+
+
+CLOZE_RULES = {  # report key → (the per-story outcomes' key, the rule in words)
+    "cloze_accuracy": ("mean_ce", "mean CE of the ending as S(T)"),
+    "cloze_accuracy_normalised": ("pmi", "PMI: log p(e \\| story) − log p(e), p(e) over {k} other stories' contexts"),
+    "cloze_accuracy_ending_only": ("ending_only", "ending only: the higher p(e) = mean over {k} lent contexts"),
+}
+
+
+def cloze_tests(first: dict, second: dict) -> dict:
+    """McNemar's exact p-value between the two models on the same stories, and each model's 95 %
+    Wilson interval, for each Story Cloze rule both reports carry."""
+    out = {}
+    for key, (rule, _) in CLOZE_RULES.items():
+        a, b = first.get("cloze_correct", {}).get(rule), second.get("cloze_correct", {}).get(rule)
+        if a is None or b is None:
+            continue
+        out[f"{key}_mcnemar_p"] = mcnemar_exact(a, b)["p_value"]
+        out[f"rank4_{key}_interval"] = wilson_interval(sum(a), len(a))
+        out[f"baseline_{key}_interval"] = wilson_interval(sum(b), len(b))
+    return out
 
 
 def _lower(a: float, b: float, names=("rank-4", "baseline")) -> str:
@@ -106,21 +142,33 @@ def cloze_markdown(res: dict) -> list[str]:
         f"Story Cloze accuracy on {res['rank4_cloze_stories']} stories of {res['cloze_data']} "
         "(chance 0.5; higher is better):",
         "",
-        "| scoring rule | rank-4 | baseline | higher |",
-        "|---|---|---|---|",
+        "| scoring rule | rank-4 (95 % interval) | baseline (95 % interval) | higher | McNemar p |",
+        "|---|---|---|---|---|",
     ]
-    rules = (
-        ("cloze_accuracy", "mean CE of the ending as S(T)"),
-        (
-            "cloze_accuracy_normalised",
-            f"PMI: log p(e \\| story) − log p(e), p(e) over {res['rank4_cloze_contexts']} other stories' contexts",
-        ),
-    )
-    for key, label in rules:
-        a, b = res[f"rank4_{key}"], res[f"baseline_{key}"]
-        if a is not None and b is not None:
-            lines.append(f"| {label} | {a:.4f} | {b:.4f} | {_lower(-a, -b)} |")
+    for key, (_, label) in CLOZE_RULES.items():
+        a, b = res.get(f"rank4_{key}"), res.get(f"baseline_{key}")
+        if a is None or b is None:
+            continue
+        (a_lo, a_hi), (b_lo, b_hi) = res[f"rank4_{key}_interval"], res[f"baseline_{key}_interval"]
+        lines.append(
+            f"| {label.format(k=res['rank4_cloze_contexts'])} | {a:.4f} ({a_lo:.3f}–{a_hi:.3f}) | "
+            f"{b:.4f} ({b_lo:.3f}–{b_hi:.3f}) | {_lower(-a, -b)} | {res[f'{key}_mcnemar_p']:.3g} |"
+        )
     return lines
+
+
+def context_markdown(res: dict) -> list[str]:
+    """How much each model uses the story: LS(T) with its own context and with another story's."""
+    if res.get("rank4_last_slice_ce_other_context") is None:
+        return []
+    rows = [
+        ("LS(T), own context", "rank4_ls", "baseline_ls"),
+        ("LS(T), another story's context", "rank4_last_slice_ce_other_context", "baseline_last_slice_ce_other_context"),
+        ("context gain (nats)", "rank4_context_gain", "baseline_context_gain"),
+    ]
+    lines = ["", "How much each model uses the story (same windows, contexts swapped by a fixed derangement):", ""]
+    lines += ["| | rank-4 | baseline |", "|---|---|---|"]
+    return lines + [f"| {label} | {res[a]:.4f} | {res[b]:.4f} |" for label, a, b in rows]
 
 
 def table_markdown(res: dict, rank4_config) -> str:
@@ -142,6 +190,7 @@ def table_markdown(res: dict, rank4_config) -> str:
             f"(lower LS(T) here: {_lower(res['rank4_ls'], res['baseline_ls'])}). The paper (Table 5, ≈98k "
             "ROCStories, V = 36,711): 5.562 vs 5.873 (H=2, L=2), 5.554 vs 5.701 (H=4, L=2), 5.531 vs 5.667 "
             "(H=4, L=3); wall time 2.4 h vs 45.2 h.",
+            *context_markdown(res),
             *cloze_markdown(res),
         ]
     )

@@ -17,6 +17,7 @@ import os
 import ml_collections
 
 from rank4jax.errors import StageInterrupted
+from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics, steady_ms_per_step
@@ -52,6 +53,7 @@ def run_all(
     split: str,
     num_examples: int = 0,
     rollout_steps: int = 1,
+    cloze_contexts: int = CLOZE_CONTEXTS,
     extra_evals: dict[str, dict] | None = None,
 ) -> dict[str, RunResult]:
     """Train every config in ``workdir/<name>`` in order, then evaluate its selected checkpoint on
@@ -66,7 +68,8 @@ def run_all(
                 "its checkpoint is saved: rerun the same command to resume from there",
                 summary["interrupted"],
             )
-        report = evaluate_run(run_dir, split=split, num_examples=num_examples, rollout_steps=rollout_steps)
+        options = {"num_examples": num_examples, "rollout_steps": rollout_steps, "cloze_contexts": cloze_contexts}
+        report = evaluate_run(run_dir, split=split, **options)
         extra = {label: evaluate_run(run_dir, **kwargs) for label, kwargs in (extra_evals or {}).items()}
         results[name] = RunResult(name, run_dir, config, summary, report, read_metrics(run_dir), extra)
     return results

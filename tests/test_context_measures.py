@@ -1,0 +1,80 @@
+"""Issue 26's measures of how much a model uses the story: LS(T) with another story's context and the
+context gain, the ending-only Story Cloze rule, and McNemar's exact test between two models."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from rank4jax.evaluation.evaluators import cloze_accuracy, context_donors
+from rank4jax.evaluation.report import evaluate_run
+from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
+from rank4jax.runs import load_run
+from rank4jax.training.data_setup import prepare_split
+
+
+def test_context_donors_are_a_derangement_across_stories():
+    index = np.array([0, 0, 0, 3, 3, 5, 7, 7, 8])  # windows of five stories, grouped by story
+    donors = context_donors(index)
+    assert sorted(donors) == list(range(9))  # a permutation ...
+    assert np.all(index[donors] != index)  # ... lending every window another story's context
+    np.testing.assert_array_equal(donors, (np.arange(9) + 3) % 9)  # the shift by the largest story
+    assert context_donors(np.array([4, 4, 4])) is None  # one story: nobody to lend
+    assert context_donors(np.array([0, 0, 0, 1])) is None  # no shift keeps every window off its story
+
+
+def test_context_gain_equals_the_swapped_windows_scored_by_hand(tiny_run):
+    """The report's LS(T) with lent contexts is the mean CE of each window's own S(T) after its donor's
+    S(0..T-1), summed token by token here (float32 programs of their own: to 1e-5)."""
+    report = evaluate_run(str(tiny_run), split="validation", num_examples=0, rollout_steps=0)
+    run = load_run(str(tiny_run), report["step"])
+    window_set = prepare_split(run.config, run.tokenizer, "validation")[1]
+    windows, donors = window_set.windows, context_donors(window_set.story_index)
+    swapped = np.concatenate([windows[donors, :-1], windows[:, -1:]], axis=1)
+    score = jax.jit(lambda p, w: run.family.last_slice_ce(p, w, run.model_cfg))  # mean CE of S(T) per window
+    tokens = np.sum(windows[:, -1] != 0, axis=1)
+    by_hand = {name: float(np.sum(np.asarray(score(run.params, w)) * tokens) / tokens.sum())
+               for name, w in (("own", windows), ("other", swapped))}  # fmt: skip
+    assert report["last_slice_ce"] == pytest.approx(by_hand["own"], abs=1e-5)
+    assert report["last_slice_ce_other_context"] == pytest.approx(by_hand["other"], abs=1e-5)
+    assert report["context_gain"] == report["last_slice_ce_other_context"] - report["last_slice_ce"]
+
+
+def test_the_ending_only_rule_picks_the_ending_with_the_higher_prior():
+    """A scorer that ignores the context: the ending-only rule picks the likelier ending alone, and
+    PMI, the own likelihood less that prior, is the same for both endings (so it picks the first)."""
+    n = 4
+    pairs = np.zeros((3, 2, 2, n), np.int32)  # 3 stories, 2 endings, T = 1: context, ending
+    pairs[:, :, 0, 0] = [[5], [6], [7]]  # each story's context
+    pairs[:, 0, 1, :2], pairs[:, 1, 1, :3] = 9, 11  # ending 0: two tokens; ending 1: three
+    mean_ce = {9: 2.0, 11: 0.5}  # per token, whatever the context: ending 1 is likelier (−1.5 > −4)
+
+    def score(params, windows):
+        return np.array([mean_ce.get(int(w[-1, 0]), 0.0) for w in windows])  # 0: a padding row
+
+    labels = np.array([1, 0, 1])
+    report = cloze_accuracy(score, None, pairs, labels, batch_size=4, n_contexts=2)
+    assert report["cloze_correct"]["ending_only"] == [1, 0, 1]  # always ending 1: right where it is the label
+    assert report["cloze_accuracy_ending_only"] == pytest.approx(2 / 3)
+    assert report["cloze_correct"]["pmi"] == [0, 1, 0]  # a tie: argmax takes ending 0
+    assert report["cloze_correct"]["mean_ce"] == [1, 0, 1] and report["cloze_contexts"] == 2
+
+
+def test_mcnemar_against_a_table_by_hand():
+    first = [1, 1, 1, 1, 1, 0, 0, 1, 0, 1]  # right where only the first is: items 0, 1, 3, 4 (b = 4) ...
+    second = [0, 0, 1, 0, 0, 1, 0, 1, 0, 1]  # ... only the second: item 5 (c = 1); both: 2, 7, 9
+    out = mcnemar_exact(first, second)
+    assert (out["only_first"], out["only_second"]) == (4, 1)
+    assert out["p_value"] == 2 * (1 + 5) / 32  # 2·P(X ≤ 1), X ~ Binomial(5, 1/2) = 0.375
+    assert mcnemar_exact([1, 0], [1, 0])["p_value"] == 1.0  # no discordant item
+    assert mcnemar_exact([1] * 12, [0] * 12)["p_value"] == 2 / 2**12
+    with pytest.raises(ValueError, match="differ in length"):
+        mcnemar_exact([1, 0], [1])
+
+
+def test_wilson_interval_by_hand():
+    lo, hi = wilson_interval(50, 100)
+    half = 1.959963984540054 * math.sqrt(0.25 / 100 + 1.959963984540054**2 / 40000) / (1 + 1.959963984540054**2 / 100)
+    assert (lo, hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-15)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
