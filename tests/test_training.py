@@ -315,3 +315,24 @@ def test_early_stopping_state_is_rebuilt_from_the_best_checkpoint():
     assert state.update(50, 1.5) and state.since == 3  # equal is no improvement
     assert not EarlyStopping.resume(3, (20, 1.5), 45, 10).update(50, 1.49)
     assert not EarlyStopping(0).update(10, 9.0) and not EarlyStopping(0, 1.0, 5, 100).stopped  # 0 = off
+
+
+def test_a_signal_during_a_validation_keeps_that_steps_metric(tiny_run, tmp_path, monkeypatch):
+    """SIGTERM while the last step validates: the run stops there (status SIGTERM) and its checkpoint
+    carries the validation loss, so the run selects the same best step as the uninterrupted one."""
+    from rank4jax.training.actions import PeriodicActions
+
+    real = PeriodicActions.validate
+
+    def signalled_validate(self, step, state):
+        if step == 6:
+            signal.raise_signal(signal.SIGTERM)  # the real handler: a flag, checked after the pass
+        real(self, step, state)
+
+    monkeypatch.setattr(PeriodicActions, "validate", signalled_validate)
+    summary = train(tiny_config(), str(tmp_path))
+    assert (summary["step"], summary["interrupted"]) == (6, "SIGTERM")
+    with RunCheckpoints(str(tmp_path)) as ckpt, RunCheckpoints(str(tiny_run), read_only=True) as reference:
+        assert ckpt.manager.metrics(6) == reference.manager.metrics(6)  # the same loss, saved with step 6
+        assert ckpt.best_step() == reference.best_step() == summary["best_step"]
+    assert read_metrics(str(tmp_path))["validation"][-1]["step"] == 6

@@ -31,15 +31,15 @@ class PeriodicActions:
             self.out.log_train(step)
         if validate_now:
             self.validate(step, state)
-        if signalled:
-            # preemption: save now, no validation pass. Saved without a metric, the step is never the
-            # best one; a resumed run validates at its next eval_every boundary.
-            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, None)
+        metric = {BEST_METRIC: self.last_val["window_ce"]} if validate_now else None  # a validated step carries it
+        if self.stop.signal is not None:  # before this step's validation, or during it
+            # preemption: save now. A step saved without a metric (the signal came first: no validation
+            # pass) is never the best one; a resumed run validates at its next eval_every boundary.
+            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
             self.interrupted = self.stop.name
             return True
         # with early stopping every validated step is checkpointed (its state resumes from them)
         if step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
-            metric = {BEST_METRIC: self.last_val["window_ce"]}
             ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
         return self.early.stopped
 

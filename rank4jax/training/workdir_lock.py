@@ -5,7 +5,7 @@ writes anything there, and writes who holds it (pid, host, command, start time) 
 second ``train.py`` on the same workdir is refused with one line naming the holder. The kernel drops
 the lock when its process ends, however it ends (``kill -9`` included), so a lock file left by a dead
 process is taken over by the next run: stale locks need no clean-up and cannot block anyone. Readers
-(``eval.py``) take no lock; they pin a checkpoint step instead (``eval_run``).
+(``eval.py``) take no lock; they pin a checkpoint step instead (``rank4jax.evaluation.report``).
 
 In a multi-process run only process 0 takes the lock (the processes share the workdir). The lock is
 advisory and local: it guards against two runs on one machine or one POSIX filesystem, not a workdir
