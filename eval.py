@@ -17,6 +17,11 @@ def _stop_while_starting(signum, frame):  # Ctrl-C while the libraries import: o
     os._exit(128 + signum)
 
 
+def _stop_after_the_report(signum, frame):  # Ctrl-C while the figures are printed
+    os.write(2, f"stopped: {signal.Signals(signum).name} after the evaluation had finished\n".encode())
+    os._exit(128 + signum)
+
+
 signal.signal(signal.SIGINT, _stop_while_starting)
 signal.signal(signal.SIGTERM, _stop_while_starting)
 
@@ -58,6 +63,8 @@ def main(argv):
             _ROLLOUT.value,
             _CONTEXTS.value,
         )
+    signal.signal(signal.SIGINT, _stop_after_the_report)  # from here on the report is written (or its error said)
+    signal.signal(signal.SIGTERM, _stop_after_the_report)
     headline = {
         k: report[k]
         for k in (

@@ -3,12 +3,25 @@
 python train.py --config=configs/default.py --workdir=runs/default [--config.num_steps=2000 ...]
 """
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+import os
+import signal
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
-from rank4jax.errors import SIGNAL_STATUS
-from rank4jax.training.loop import train
+
+def _stop_outside_the_loop(signum, frame):  # Ctrl-C while importing, reading data or compiling
+    name = signal.Signals(signum).name
+    os.write(2, f"stopped: {name} outside the training loop; no checkpoint was being written\n".encode())
+    os._exit(128 + signum)  # the libraries' threads may be running: no interpreter shutdown under them
+
+
+signal.signal(signal.SIGINT, _stop_outside_the_loop)  # the loop installs its own (save, then stop)
+signal.signal(signal.SIGTERM, _stop_outside_the_loop)
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors  # noqa: E402
+from rank4jax.errors import SIGNAL_STATUS  # noqa: E402
+from rank4jax.training.loop import train  # noqa: E402
 
 with config_flag_errors():
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")

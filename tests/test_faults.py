@@ -63,9 +63,10 @@ def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_pa
     first = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=1000000"])
     try:
         deadline = time.time() + 120
-        while _holder_pid(workdir) != first.pid:
+        metrics = os.path.join(workdir, "metrics.jsonl")  # training: every file it writes exists
+        while _holder_pid(workdir) != first.pid or not os.path.isfile(metrics) or not os.path.getsize(metrics):
             assert first.poll() is None, first.communicate()[1][-2000:]
-            assert time.time() < deadline, "the first run never took the lock"
+            assert time.time() < deadline, "the first run never started training"
             time.sleep(0.2)
         before = sorted(os.listdir(workdir))
         second = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=4"])
@@ -454,6 +455,41 @@ def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
     stopped = [stop(_start(["eval.py", f"--workdir={tiny_run_copy}", "--split=validation"]), m) for m in moments]
     assert stopped[1], "a Ctrl-C while evaluating must stop the evaluation"
     assert sum(stopped) >= 2
+
+
+def test_ctrl_c_while_train_py_starts_is_one_line_and_status_130(tmp_path, monkeypatch):
+    """SIGINT at two observed moments of ``train.py``'s start: while it imports (jaxlib's library is
+    mapped into the process) and once the data is read and the state made (its model line is printed:
+    the train step's compile is next). One ``stopped:`` line, status 130, no traceback, no checkpoint."""
+
+    def jaxlib_loaded(pid) -> bool:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
+                return "jaxlib" in f.read()
+        except OSError:
+            return False
+
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # its model line as soon as it is printed
+    for moment in ("importing", "compiling"):
+        workdir = tmp_path / moment
+        proc = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS], start_new_session=True)
+        seen = ""
+        if moment == "importing":
+            while not jaxlib_loaded(proc.pid):
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.01)
+        else:
+            while "rank4jax: rank4 model" not in seen:
+                line = proc.stdout.readline()
+                assert line, f"train.py ended before its model line: {proc.communicate()}"
+                seen += line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, (moment, proc.returncode, err)
+        expected = "stopped: SIGINT outside the training loop; no checkpoint was being written"
+        lines = [line for line in err.strip().splitlines() if "warning:" not in line]  # the data's own
+        assert lines == [expected], err
+        assert not (workdir / "checkpoints").is_dir() or not os.listdir(workdir / "checkpoints")
 
 
 def test_a_model_too_large_for_memory_is_refused_before_allocating(tmp_path):

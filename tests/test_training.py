@@ -336,3 +336,33 @@ def test_a_signal_during_a_validation_keeps_that_steps_metric(tiny_run, tmp_path
         assert ckpt.manager.metrics(6) == reference.manager.metrics(6)  # the same loss, saved with step 6
         assert ckpt.best_step() == reference.best_step() == summary["best_step"]
     assert read_metrics(str(tmp_path))["validation"][-1]["step"] == 6
+
+
+def test_a_lock_file_removed_under_a_running_run_stops_it_before_it_writes(tmp_path):
+    """``rm .lock`` while a run holds it (a second run could then take the workdir): the holder stops
+    at its next save with one error, and writes nothing more."""
+    from rank4jax.errors import WorkdirError
+
+    def remove_lock(step, state):
+        if step == 3:
+            os.remove(tmp_path / ".lock")
+
+    with pytest.raises(WorkdirError, match=r"lock file .*\.lock was removed or replaced .* without saving step 4"):
+        train(tiny_config(), str(tmp_path), hooks=[remove_lock])
+    with RunCheckpoints(str(tmp_path), read_only=True) as ckpt:
+        assert ckpt.all_steps() == [2]
+
+
+def test_a_resume_rewinds_metrics_to_its_checkpoint(tiny_run_copy):
+    """A run resumed from step 4 (checkpoint 6 gone) after a crash that cut the last line short: the
+    log holds each step once and every line reads."""
+    import shutil
+
+    shutil.rmtree(tiny_run_copy / "checkpoints" / "6")
+    with open(tiny_run_copy / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 8, "split": "train", "loss": 1.0}\n{"step": 9, "spl')  # beyond, then cut short
+    train(tiny_config(), str(tiny_run_copy))
+    lines = (tiny_run_copy / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line reads
+    steps = [(r["split"], r["step"]) for r in records]
+    assert sorted(steps) == sorted({*steps}) == sorted((s, n) for s in ("train", "validation") for n in (2, 4, 6))

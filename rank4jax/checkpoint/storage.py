@@ -9,6 +9,7 @@ could delete the newest checkpoint and break resume. What to do with an unreadab
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 
@@ -22,6 +23,19 @@ from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError
 
 BEST_METRIC = "val_window_ce"
+
+
+class _OrbaxNoise(logging.Filter):
+    """orbax's absl warnings about what this project does on purpose: a preemption save without a
+    validation loss, and read-only managers for evaluation. Nothing a user can act on."""
+
+    MESSAGES = ("did not provide metrics", "setting save_interval_steps=0", "Given directory is read only")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(text in record.getMessage() for text in self.MESSAGES)
+
+
+logging.getLogger("absl").addFilter(_OrbaxNoise())
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
 

@@ -32,14 +32,17 @@ class PeriodicActions:
         if validate_now:
             self.validate(step, state)
         metric = {BEST_METRIC: self.last_val["window_ce"]} if validate_now else None  # a validated step carries it
+        saving = self.stop.signal is not None or step % config.checkpoint_every == 0 or is_last
+        saving = saving or bool(self.early.patience and validate_now)
+        if saving:
+            self.run.lock.check(step)  # still this run's workdir: nothing is written otherwise
         if self.stop.signal is not None:  # before this step's validation, or during it
             # preemption: save now. A step saved without a metric (the signal came first: no validation
             # pass) is never the best one; a resumed run validates at its next eval_every boundary.
             ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
             self.interrupted = self.stop.name
             return True
-        # with early stopping every validated step is checkpointed (its state resumes from them)
-        if step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
+        if saving:  # with early stopping every validated step is checkpointed (its state resumes from them)
             ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
         return self.early.stopped
 

@@ -48,9 +48,10 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         out = stack.enter_context(Output(run, start))
         out.announce(start, early)
         step_fn = CompiledStep(run.programs.train_step, max_shapes=run.layout.max_shapes)
-        with StopRequest(enabled=jax.process_count() == 1) as stop:
+        first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
+        with StopRequest(enabled=jax.process_count() == 1) as stop:  # from here a signal saves, then stops
             actions = PeriodicActions(run, out, early, stop)
-            state = _loop(run, state, batches, step_fn, actions, hooks, out, start, end)
+            state = _loop(run, state, first, batches, step_fn, actions, hooks, out, (start, end))
             run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
         if jax.process_count() > 1:  # every process holds the same replicated parameters
             digest = sharding.check_replicas_agree(state.params)
@@ -75,16 +76,19 @@ def _train_dataset(run: Run):
     )
 
 
-def _loop(run: Run, state, batches, step_fn: CompiledStep, actions, hooks, out: Output, start: int, end: int):
-    """Steps ``start + 1 .. end``, each followed by the hooks and the periodic actions."""
-    if start >= end:
-        return state
-    batch_sharding = run.programs.batch_sharding
-    batch = sharding.put_batch(next(batches), batch_sharding)
-    step_fn.compile(state, batch)  # ahead of time, on the first batch, before the loop
+def _compile_on_first_batch(run: Run, state, batches, step_fn: CompiledStep, out: Output):
+    """The first batch on the devices, with the train step compiled for it ahead of time."""
+    batch = sharding.put_batch(next(batches), run.programs.batch_sharding)
+    step_fn.compile(state, batch)
     out.say(f"rank4jax: compiled train step ({run.layout.name} batches): {describe_memory(step_fn.peak_memory())}")
+    return batch
+
+
+def _loop(run: Run, state, first, batches, step_fn: CompiledStep, actions, hooks, out: Output, steps: tuple):
+    """Steps ``start + 1 .. end`` of ``steps``, each followed by the hooks and the periodic actions."""
+    start, end = steps
     for step in range(start + 1, end + 1):
-        batch = batch if step == start + 1 else sharding.put_batch(next(batches), batch_sharding)
+        batch = first if step == start + 1 else sharding.put_batch(next(batches), run.programs.batch_sharding)
         state, metrics = step_fn(state, batch)
         out.step_done(metrics)
         for hook in hooks:

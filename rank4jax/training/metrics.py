@@ -3,8 +3,9 @@ event files beside it (tensorboardX: no TensorFlow needed; ``tensorboard --logdi
 plots of the log.
 
 Records are ``{"step": int, "split": "train" | "validation", ...}``; each number is the TensorBoard
-scalar ``<split>/<name>``. A resumed run may log a step again; readers keep the last record per
-(split, step) (TensorBoard shows both points).
+scalar ``<split>/<name>``. A resumed run first rewinds the file to its checkpoint's step
+(``rewind_metrics``), so each step is logged once (TensorBoard's event files may show a re-trained
+step twice).
 """
 
 from __future__ import annotations
@@ -50,6 +51,29 @@ class MetricsWriter:
         if self._events is not None:
             self._events.close()
             self._events = None
+
+
+def rewind_metrics(workdir: str, step: int) -> None:
+    """Before a run resumes from checkpoint ``step``: rewrite metrics.jsonl with its readable records up
+    to ``step``, each (split, step) once (the last), so the steps trained again are not logged twice and
+    a line cut short by a crash is not glued to the next record. Written beside, then moved over."""
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.isfile(path):
+        return
+    kept: dict[tuple[str, int], dict] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+                key = (record.get("split", "train"), int(record["step"]))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a line cut short by a hard kill, or not a record
+            if key[1] <= step:
+                kept.pop(key, None)
+                kept[key] = record
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(record) + "\n" for record in kept.values())
+    os.replace(path + ".tmp", path)
 
 
 def steady_ms_per_step(workdir: str, batch_size: int) -> float:

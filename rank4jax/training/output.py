@@ -12,12 +12,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rank4jax.errors import TrainingDivergedError
-from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves
+from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves, rewind_metrics
 
 
 class Output:
     def __init__(self, run, start: int):
         self.run, self.start = run, start
+        if start and run.is_main:
+            rewind_metrics(run.workdir, start)  # each step once, however the last run ended
         self.writer = MetricsWriter(run.workdir, enabled=run.is_main)
         self.bar = tqdm(
             total=run.config.num_steps,

@@ -46,6 +46,7 @@ class Run:
     saved: dict | None  # the config the workdir's checkpoints were written with (None: a new run)
     saved_config: dict  # what this run's checkpoints carry: its config and the data's fingerprint
     n_params: int
+    lock: WorkdirLock
 
     @property
     def tokenizer(self):
@@ -61,7 +62,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     the model config, the programs and the evaluators. Nothing is allocated for the model yet."""
     family = get_family(config.model_family)
     make_workdir(workdir)
-    stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
+    lock = stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
     ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
     fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved
     tokenizer, saved = _check_workdir(ckpt, config, workdir, fingerprint)
@@ -82,7 +83,19 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     evaluators = Evaluators(programs, config.eval_batch_size, layout)
     saved_config = to_json_dict(config) | {FINGERPRINT_KEY: fingerprint}
     return Run(
-        config, workdir, family, model_cfg, data, layout, programs, evaluators, ckpt, saved, saved_config, n_params
+        config,
+        workdir,
+        family,
+        model_cfg,
+        data,
+        layout,
+        programs,
+        evaluators,
+        ckpt,
+        saved,
+        saved_config,
+        n_params,
+        lock,
     )
 
 

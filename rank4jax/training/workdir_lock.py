@@ -84,6 +84,23 @@ class WorkdirLock:
         os.pwrite(fd, json.dumps(info).encode(), 0)
         return self
 
+    def check(self, step: int) -> None:
+        """Before writing step ``step``: the lock file must still be the one this run locked. Removed or
+        replaced (``rm .lock`` after a refusal), it no longer keeps a second run out, so this one stops
+        without writing, in one line."""
+        if self._fd is None:
+            return
+        try:
+            same = os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise WorkdirError(
+                f"the lock file {self.path} was removed or replaced while this run held it, so another run "
+                f"may be writing this workdir: stopped without saving step {step}; the checkpoints already "
+                "saved are intact. Run one training per workdir."
+            )
+
     def __exit__(self, *exc):
         if self._fd is not None:
             os.ftruncate(self._fd, 0)  # no holder: the file stays (removing it would race a new locker)
