@@ -31,20 +31,17 @@ class PeriodicActions:
             self.out.log_train(step)
         if validate_now:
             self.validate(step, state)
-        metric = {BEST_METRIC: self.last_val["window_ce"]} if validate_now else None  # a validated step carries it
-        saving = self.stop.signal is not None or step % config.checkpoint_every == 0 or is_last
-        saving = saving or bool(self.early.patience and validate_now)
-        if saving:
+        # a signal (before this step's validation, or during it) saves now: a step saved without a loss
+        # (no validation ran) is never the best one, and a resumed run validates at its next boundary;
+        # with early stopping every validated step is checkpointed (its state resumes from them)
+        signalled = self.stop.signal is not None
+        if signalled or step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
             self.run.lock.check(step)  # still this run's workdir: nothing is written otherwise
-        if self.stop.signal is not None:  # before this step's validation, or during it
-            # preemption: save now. A step saved without a metric (the signal came first: no validation
-            # pass) is never the best one; a resumed run validates at its next eval_every boundary.
+            metric = {BEST_METRIC: self.last_val["window_ce"]} if validate_now else None  # a validated step's
             ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
+        if signalled:
             self.interrupted = self.stop.name
-            return True
-        if saving:  # with early stopping every validated step is checkpointed (its state resumes from them)
-            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
-        return self.early.stopped
+        return signalled or self.early.stopped
 
     def validate(self, step: int, state) -> None:
         metrics = self.run.evaluators.windows(state.params, self.val_windows)
