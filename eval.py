@@ -86,7 +86,9 @@ def main(argv):
     for ex in report.get("examples", [])[:3]:
         print(f"  gold:      {ex['gold']}\n  predicted: {ex['predicted']}")
     if "rollout_mean_ce" in report:
-        print(f"rollout mean CE per step: {report['rollout_mean_ce']}")
+        scored = [round(v, 4) for v in report["rollout_mean_ce"] if v is not None]  # steps with a gold sentence
+        rest = len(report["rollout_mean_ce"]) - len(scored)
+        print(f"rollout mean CE per step: {scored}" + (f" ({rest} later steps: no story that long)" if rest else ""))
     if report.get("write_error"):  # the figures above are all there is: say so, status 1
         say(f"error: {report['write_error']}; the figures above were not saved")
         sys.exit(1)

@@ -329,7 +329,7 @@ def test_degenerate_data_is_counted_warned_about_or_refused(tmp_path, capsys):
     unknown.write_text("Blorp zanged quix. Frel mop dax. Vin tor lek. Sar pim ox. Gup lat wex.\n", encoding="utf-8")
     held_out = prepare_split(config, data.tokenizer, "all", path=str(unknown))[1]
     assert held_out.unk_rate == 15 / 20  # the 15 words are UNK, the 5 full stops are known
-    assert f"{unknown}: 75% of the all tokens are unknown to the vocabulary (UNK)" in capsys.readouterr().err
+    assert f"{unknown}: 75% of all the tokens are unknown to the vocabulary (UNK)" in capsys.readouterr().err
 
 
 def test_changed_data_contents_are_refused_on_resume(tmp_path):
@@ -517,3 +517,14 @@ def test_read_only_workdir_is_one_error_before_any_work(tmp_path, monkeypatch):
     with pytest.raises(WorkdirError, match=r"cannot write to the workdir: .*\.lock: Read-only file system; nothing"):
         train(tiny_config(), str(tmp_path / "run"))
     assert os.listdir(tmp_path / "run") == []  # nothing read, nothing written
+
+
+def test_a_very_long_sentence_is_read_not_called_malformed(tmp_path):
+    """A 100,000-word sentence is past the csv module's default field limit (131,072 characters)."""
+    from rank4jax.data.readers import read_stories
+
+    long = " ".join(["word"] * 100_000) + "."
+    path = tmp_path / "long.csv"
+    path.write_text(ROC_HEADER + f"s1,T,{long},Two.,Three.,Four.,Five.\r\n", encoding="utf-8")
+    (story,) = read_stories(str(path), "rocstories")
+    assert story.sentences[0] == long and len(story.sentences) == 5

@@ -121,6 +121,7 @@ def read_text_file(path: str) -> str:
 
 def _read_csv(path: str, required: tuple[str, ...], kind: str) -> list[tuple[int, dict]]:
     text = read_text_file(path)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # a long sentence is no malformed field
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         header = [h.strip() for h in reader.fieldnames or []]

@@ -58,7 +58,8 @@ def data_warnings(source: str, made: dict, n_tokens: int, duplicates: int = 0, n
         )
     for name, ws in made.items():
         if len(ws) and ws.unk_rate > WARN_UNK:
-            _warn(f"{source}: {ws.unk_rate:.0%} of the {name} tokens are unknown to the vocabulary (UNK)")
+            which = "of all the tokens" if name == "all" else f"of the {name} split's tokens"
+            _warn(f"{source}: {ws.unk_rate:.0%} {which} are unknown to the vocabulary (UNK)")
     if duplicates:
         _warn(
             f"{source}: {duplicates:,} of {n_stories:,} stories repeat an earlier story's id (kept; they share a split)"
