@@ -83,10 +83,40 @@ def _unknown_config_key(error: Exception, argv: list[str]) -> None:
     say(f"error: unknown config key {key!r}{where}; see the config file for valid keys")
 
 
+CONFIG_FLAGS = ("config", "rank4_config", "baseline_config")  # the entry points' config-file flags
+
+
+def config_file_arguments(argv: list[str]) -> dict[str, str]:
+    """``{flag: path}`` of the config files on a command line (``--config=f.py`` or ``--config f.py``)."""
+    found = {}
+    for i, arg in enumerate(argv[1:], start=1):
+        name, eq, value = arg.removeprefix("--").partition("=")
+        if arg.startswith("--") and name in CONFIG_FLAGS:
+            found[name] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
+def config_file_refusal(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot be a config file (missing, a directory, not Python), or None."""
+    if not os.path.exists(path):
+        return f"--{flag}: no such config file: {path}"
+    if os.path.isdir(path):
+        return f"--{flag}: {path} is a directory, not a config file (a configs/*.py file)"
+    if not path.endswith(".py"):
+        return f"--{flag}: {path} is not a Python config file (a configs/*.py file with get_config())"
+    return None
+
+
 @contextlib.contextmanager
 def config_flag_errors():
-    """Around ``config_flags.DEFINE_config_file``: ml_collections applies ``--config.<key>`` overrides
-    while defining the flag and raises AttributeError/KeyError for a key the config lacks."""
+    """Around ``config_flags.DEFINE_config_file``: a config file that cannot be one is refused first
+    (ml_collections loads it while defining the flag when ``--config.<key>`` overrides are given, and
+    would raise from deep inside), then AttributeError/KeyError for a key the config lacks."""
+    for flag, path in config_file_arguments(sys.argv).items():
+        refusal = config_file_refusal(flag, path)
+        if refusal:
+            say(f"error: {refusal}")
+            sys.exit(2)
     try:
         yield
     except Exception as e:  # noqa: BLE001
