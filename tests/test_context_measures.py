@@ -24,11 +24,11 @@ def test_context_donors_are_a_derangement_across_stories():
     assert context_donors(np.array([0, 0, 0, 1])) is None  # no shift keeps every window off its story
 
 
-def test_context_gain_equals_the_swapped_windows_scored_by_hand(tiny_run):
+def test_context_gain_equals_the_swapped_windows_scored_by_hand(tiny_run_copy):
     """The report's LS(T) with lent contexts is the mean CE of each window's own S(T) after its donor's
     S(0..T-1), summed token by token here (float32 programs of their own: to 1e-5)."""
-    report = evaluate_run(str(tiny_run), split="validation", num_examples=0, rollout_steps=0)
-    run = load_run(str(tiny_run), report["step"])
+    report = evaluate_run(str(tiny_run_copy), split="validation", num_examples=0, rollout_steps=0)
+    run = load_run(str(tiny_run_copy), report["step"])
     window_set = prepare_split(run.config, run.tokenizer, "validation")[1]
     windows, donors = window_set.windows, context_donors(window_set.story_index)
     swapped = np.concatenate([windows[donors, :-1], windows[:, -1:]], axis=1)
