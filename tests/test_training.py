@@ -317,9 +317,11 @@ def test_early_stopping_state_is_rebuilt_from_the_best_checkpoint():
     assert not EarlyStopping(0).update(10, 9.0) and not EarlyStopping(0, 1.0, 5, 100).stopped  # 0 = off
 
 
-def test_a_signal_during_a_validation_keeps_that_steps_metric(tiny_run, tmp_path, monkeypatch):
-    """SIGTERM while the last step validates: the run stops there (status SIGTERM) and its checkpoint
-    carries the validation loss, so the run selects the same best step as the uninterrupted one."""
+@pytest.mark.parametrize("when", ["during", "before"])
+def test_a_signal_at_the_last_validation_keeps_that_steps_metric(when, tiny_run, tmp_path, monkeypatch):
+    """SIGTERM while the last step validates, or just before its validation: the run stops there
+    (status SIGTERM) and its checkpoint carries the validation loss, so the run selects the same best
+    step as the uninterrupted one."""
     from rank4jax.training.actions import PeriodicActions
 
     real = PeriodicActions.validate
@@ -329,8 +331,14 @@ def test_a_signal_during_a_validation_keeps_that_steps_metric(tiny_run, tmp_path
             signal.raise_signal(signal.SIGTERM)  # the real handler: a flag, checked after the pass
         real(self, step, state)
 
-    monkeypatch.setattr(PeriodicActions, "validate", signalled_validate)
-    summary = train(tiny_config(), str(tmp_path))
+    def signal_after_step_6(step, state):
+        if step == 6:
+            signal.raise_signal(signal.SIGTERM)
+
+    if when == "during":
+        monkeypatch.setattr(PeriodicActions, "validate", signalled_validate)
+    hooks = [signal_after_step_6] if when == "before" else []
+    summary = train(tiny_config(), str(tmp_path), hooks=hooks)
     assert (summary["step"], summary["interrupted"]) == (6, "SIGTERM")
     with RunCheckpoints(str(tmp_path)) as ckpt, RunCheckpoints(str(tiny_run), read_only=True) as reference:
         assert ckpt.manager.metrics(6) == reference.manager.metrics(6)  # the same loss, saved with step 6

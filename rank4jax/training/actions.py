@@ -26,7 +26,9 @@ class PeriodicActions:
             self.stop.signal = self.stop.signal or signal.SIGTERM
         signalled = self.stop.signal is not None
         is_last = step == config.num_steps
-        validate_now = (step % config.eval_every == 0 or is_last) and not signalled
+        # a signal skips a validation to save at once, but not the last one: the run is ending anyway,
+        # and its final checkpoint must carry its loss to be selectable
+        validate_now = (step % config.eval_every == 0 and not signalled) or is_last
         if step % config.log_every == 0 or validate_now or is_last or signalled:
             self.out.log_train(step)
         if validate_now:
