@@ -9,7 +9,12 @@ the paper's Table 5 (LS(T), Δ, parameters, wall time) with curves like its Figu
     python compare.py --rank4_config=configs/rocstories.py --baseline_config=configs/baseline_rocstories.py \\
         --cloze_data=../shared/data/storycloze_val_2016.csv --workdir=runs/compare_roc
 
-Rerunning resumes both runs. Writes compare.md, compare.json and plots/compare_curves.png.
+    # the paper's width rule as a third run (D = dx·dt = 128) beside the parameter-matched baseline
+    python compare.py --rank4_config=configs/rocstories.py --baseline_config=configs/baseline_rocstories.py \\
+        --baseline_wide_config=configs/baseline_rocstories_wide.py \\
+        --cloze_data=../shared/data/storycloze_val_2016.csv --workdir=runs/compare_roc
+
+Rerunning resumes the runs. Writes compare.md, compare.json and plots/compare_curves.png.
 """
 
 from absl import app, flags, logging
@@ -23,7 +28,12 @@ with config_flag_errors():
     _BASELINE = config_flags.DEFINE_config_file(
         "baseline_config", "configs/baseline_storycloze.py", "Baseline run config."
     )
-_WORKDIR = flags.DEFINE_string("workdir", "runs/compare", "Directory holding rank4/ and baseline/ runs.")
+    _WIDE = config_flags.DEFINE_config_file(
+        "baseline_wide_config", None, "Optional third run: the baseline at the paper's width rule (D = dx·dt)."
+    )
+_WORKDIR = flags.DEFINE_string(
+    "workdir", "runs/compare", "Directory holding the rank4/, baseline/ (and baseline_wide/) runs."
+)
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split for the reported LS(T).")
 _CONTEXTS = flags.DEFINE_integer(
     "cloze_contexts", 8, "K: other stories' contexts estimating an ending's prior (PMI and ending-only rules)."
@@ -48,6 +58,7 @@ def main(argv):
             _SPLIT.value,
             _CLOZE.value or None,
             _CONTEXTS.value,
+            config_value(_WIDE) if _WIDE.value is not None else None,
         )
     )
     print(result["table"])

@@ -83,7 +83,12 @@ def _unknown_config_key(error: Exception, argv: list[str]) -> None:
     say(f"error: unknown config key {key!r}{where}; see the config file for valid keys")
 
 
-CONFIG_FLAGS = ("config", "rank4_config", "baseline_config")  # the entry points' config-file flags
+CONFIG_FLAGS = (
+    "config",
+    "rank4_config",
+    "baseline_config",
+    "baseline_wide_config",
+)  # the entry points' config-file flags
 
 
 def config_file_arguments(argv: list[str]) -> dict[str, str]:

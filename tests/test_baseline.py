@@ -108,13 +108,21 @@ def test_compare_writes_a_table_over_the_same_tokens(tmp_path):
 
     rank4 = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2)
     base = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2, **{"model_family": "baseline"})
-    result = compare(rank4, base, str(tmp_path), split="validation")
+    wide = tiny_config(num_steps=2, eval_every=2, checkpoint_every=2, **{"model_family": "baseline", "model.dx": 8})
+    result = compare(rank4, base, str(tmp_path), split="validation", wide_config=wide)
     tokenizer = load_run(str(tmp_path / "rank4")).tokenizer
-    for name, family, config in (("rank4", RANK4, rank4), ("baseline", BASELINE, base)):
+    for name, family, config in (
+        ("rank4", RANK4, rank4),
+        ("baseline", BASELINE, base),
+        ("baseline_wide", BASELINE, wide),
+    ):
         assert result[f"{name}_params"] == family.count_params(family.make_config(config.model, tokenizer.vocab_size))
     last = prepare_data(rank4, tokenizer).windows["validation"].windows[:, -1]  # S(T) of every window
     assert result["ls_tokens"] == int(np.sum(last != 0))  # both models over S(T)'s every token
-    assert "| rank-4 LS(T) | baseline LS(T) | Δ |" in (tmp_path / "compare.md").read_text()
+    table = (tmp_path / "compare.md").read_text()
+    assert "| rank-4 LS(T) | baseline LS(T) | Δ |" in table and "| width-matched baseline |" in table
+    assert result["delta_wide"] == result["baseline_wide_ls"] - result["rank4_ls"]  # each over the same tokens
+    assert result["baseline_wide_params"] > result["baseline_params"]  # D = 16 against 8: a wider table
     assert json.loads((tmp_path / "compare.json").read_text())["delta"] == result["delta"]
     assert (tmp_path / "plots" / "compare_curves.png").is_file()
 

@@ -57,54 +57,61 @@ def compare(
     split: str = "test",
     cloze_data: str | None = None,
     cloze_contexts: int = CLOZE_CONTEXTS,
+    wide_config=None,
 ) -> dict:
-    """Train (or resume) both runs, evaluate each selected checkpoint on ``split`` and, with
+    """Train (or resume) the runs, evaluate each selected checkpoint on ``split`` and, with
     ``cloze_data``, on every story of that Story Cloze file (three scoring rules, K = ``cloze_contexts``
-    lent contexts); write the table."""
-    _check_same_windows(rank4_config, baseline_config)
+    lent contexts); write the table. ``wide_config``: a third run, the baseline at the paper's width
+    rule (D = dx·dt of the rank-4 fiber), reported beside the parameter-matched one."""
+    configs = {"rank4": rank4_config, "baseline": baseline_config}
+    if wide_config is not None:
+        configs["baseline_wide"] = wide_config
+    for name, config in configs.items():
+        if name != "rank4":
+            _check_same_windows(rank4_config, config)
     _check_cloze_data(cloze_data, rank4_config)
     options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
     extra = {"cloze": {"split": "all", "data_path": cloze_data} | options}
     runs = run_all(
-        {"rank4": rank4_config, "baseline": baseline_config},
-        workdir,
-        split=split,
-        num_examples=3,
-        cloze_contexts=cloze_contexts,
+        configs, workdir, split=split, num_examples=3, cloze_contexts=cloze_contexts,
         extra_evals=extra if cloze_data else None,
-    )
-    r, b = runs["rank4"].report, runs["baseline"].report
-    assert r["last_slice_tokens"] == b["last_slice_tokens"], "LS(T) must cover the same tokens"
-    t_r, t_b = runs["rank4"].summary["wall_time_total_s"], runs["baseline"].summary["wall_time_total_s"]
-    result = {
-        "split": split,
-        "ls_tokens": r["last_slice_tokens"],
-        "rank4_ls": r["last_slice_ce"],
-        "baseline_ls": b["last_slice_ce"],
-        "delta": b["last_slice_ce"] - r["last_slice_ce"],  # positive: the rank-4 model is lower
-        "rank4_params": runs["rank4"].summary["parameters"],
-        "baseline_params": runs["baseline"].summary["parameters"],
-        "rank4_wall_s": t_r,
-        "baseline_wall_s": t_b,
-        "wall_ratio": t_b / t_r,
-        "rank4_best_val_ls": runs["rank4"].best_val_ls,
-        "baseline_best_val_ls": runs["baseline"].best_val_ls,
-        "rank4_best_step": runs["rank4"].summary["best_step"],
-        "baseline_best_step": runs["baseline"].summary["best_step"],
-    }
+    )  # fmt: skip
+    result = summarise(runs, split)
+    result["cloze_data"] = cloze_data or (runs["rank4"].report["data"] + f" ({split} split)")
+    result["table"] = table_markdown(result, rank4_config)
+    write_outputs(workdir, "compare", result, result["table"])
+    families = {name: run.config.model_family for name, run in runs.items()}
+    curves = {name: run.curves for name, run in runs.items()}
+    plot_comparison(curves, families, os.path.join(workdir, "plots", "compare_curves.png"))
+    return result
+
+
+def summarise(runs: dict, split: str) -> dict:
+    """Each run's LS(T), parameters, wall time, selection, context measures and Story Cloze figures
+    (``<name>_<key>``), and each baseline against the rank-4 model: Δ, the wall-time ratio and the
+    McNemar tests (the width-matched baseline's with ``_wide`` appended)."""
+    tokens = runs["rank4"].report["last_slice_tokens"]
+    result = {"split": split, "ls_tokens": tokens}
     for name, run in runs.items():
+        assert run.report["last_slice_tokens"] == tokens, "LS(T) must cover the same tokens"
+        result |= {
+            f"{name}_ls": run.report["last_slice_ce"],
+            f"{name}_params": run.summary["parameters"],
+            f"{name}_wall_s": run.summary["wall_time_total_s"],
+            f"{name}_best_val_ls": run.best_val_ls,
+            f"{name}_best_step": run.summary["best_step"],
+        }
         for key in ("last_slice_ce_other_context", "context_gain"):  # how much each model uses the story
             result[f"{name}_{key}"] = run.report.get(key)
         report = run.extra.get("cloze", run.report)  # the external file's endings, else the split's own
         for key in ("cloze_stories", "cloze_contexts", *CLOZE_RULES):
             result[f"{name}_{key}"] = report.get(key)
-    result |= cloze_tests(runs["rank4"].extra.get("cloze", r), runs["baseline"].extra.get("cloze", b))
-    result["cloze_data"] = cloze_data or (r["data"] + f" ({split} split)")
-    result["table"] = table_markdown(result, rank4_config)
-    write_outputs(workdir, "compare", result, result["table"])
-    plot_comparison(
-        {name: run.curves for name, run in runs.items()}, os.path.join(workdir, "plots", "compare_curves.png")
-    )
+    cloze = {name: run.extra.get("cloze", run.report) for name, run in runs.items()}
+    for name, suffix in (("baseline", ""), ("baseline_wide", "_wide")):
+        if name in runs:
+            result[f"delta{suffix}"] = result[f"{name}_ls"] - result["rank4_ls"]  # > 0: the rank-4 model is lower
+            result[f"wall_ratio{suffix}"] = result[f"{name}_wall_s"] / result["rank4_wall_s"]
+            result |= cloze_tests(cloze["rank4"], cloze[name], name, suffix)
     return result
 
 
@@ -115,17 +122,18 @@ CLOZE_RULES = {  # report key → (the per-story outcomes' key, the rule in word
 }
 
 
-def cloze_tests(first: dict, second: dict) -> dict:
-    """McNemar's exact p-value between the two models on the same stories, and each model's 95 %
-    Wilson interval, for each Story Cloze rule both reports carry."""
+def cloze_tests(rank4: dict, other: dict, other_name: str = "baseline", suffix: str = "") -> dict:
+    """McNemar's exact p-value between the rank-4 model and another on the same stories
+    (``<rule>_mcnemar_p<suffix>``), and each model's 95 % Wilson interval, for each Story Cloze rule
+    both reports carry."""
     out = {}
     for key, (rule, _) in CLOZE_RULES.items():
-        a, b = first.get("cloze_correct", {}).get(rule), second.get("cloze_correct", {}).get(rule)
+        a, b = rank4.get("cloze_correct", {}).get(rule), other.get("cloze_correct", {}).get(rule)
         if a is None or b is None:
             continue
-        out[f"{key}_mcnemar_p"] = mcnemar_exact(a, b)["p_value"]
+        out[f"{key}_mcnemar_p{suffix}"] = mcnemar_exact(a, b)["p_value"]
         out[f"rank4_{key}_interval"] = wilson_interval(sum(a), len(a))
-        out[f"baseline_{key}_interval"] = wilson_interval(sum(b), len(b))
+        out[f"{other_name}_{key}_interval"] = wilson_interval(sum(b), len(b))
     return out
 
 
@@ -192,12 +200,37 @@ def table_markdown(res: dict, rank4_config) -> str:
             "(H=4, L=3); wall time 2.4 h vs 45.2 h.",
             *context_markdown(res),
             *cloze_markdown(res),
+            *wide_markdown(res),
         ]
     )
 
 
-def plot_comparison(curves: dict, out_path: str) -> None:
-    """Training and validation curves of both models (the paper's Figures 2–4)."""
+def wide_markdown(res: dict) -> list[str]:
+    """The width-matched baseline (the paper's rule: D = dx·dt) beside the rank-4 model."""
+    if "baseline_wide_ls" not in res:
+        return []
+    w = "baseline_wide"
+    lines = ["", "The paper's width rule: the baseline at D = dx·dt, the rank-4 fiber's width:", ""]
+    lines += ["| | LS(T) | Δ | params | wall | ratio | best step | context gain |", "|---|---|---|---|---|---|---|---|"]
+    gain = res.get(f"{w}_context_gain")
+    lines.append(
+        f"| width-matched baseline | {res[f'{w}_ls']:.3f} | {res['delta_wide']:+.3f} | "
+        f"{res[f'{w}_params'] / 1e6:.3f}M | {res[f'{w}_wall_s']:.0f} s | {res['wall_ratio_wide']:.2f}× | "
+        f"{res[f'{w}_best_step']} | {'—' if gain is None else f'{gain:.4f}'} |"
+    )
+    for key, (_, label) in CLOZE_RULES.items():
+        if res.get(f"{key}_mcnemar_p_wide") is not None:
+            lo, hi = res[f"{w}_{key}_interval"]
+            lines.append(
+                f"| Story Cloze, {label.format(k=res[f'{w}_cloze_contexts'])} | {res[f'{w}_{key}']:.4f} "
+                f"({lo:.3f}–{hi:.3f}) | McNemar p vs rank-4 {res[f'{key}_mcnemar_p_wide']:.3g} | | | | | |"
+            )
+    return lines
+
+
+def plot_comparison(curves: dict, families: dict, out_path: str) -> None:
+    """Training and validation curves of every run (the paper's Figures 2–4); ``families``: run name →
+    model family, whose selection loss labels the curves."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,7 +238,7 @@ def plot_comparison(curves: dict, out_path: str) -> None:
 
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    labels = {name: f"{name}: {FAMILIES[name].selection_loss}" for name in curves}
+    labels = {name: f"{name}: {FAMILIES[families[name]].selection_loss}" for name in curves}
     for name, metrics in curves.items():
         train_pts = [(r["step"], r["loss"]) for r in metrics.get("train", [])]
         val_pts = [(r["step"], r["window_ce"]) for r in metrics.get("validation", [])]
