@@ -85,14 +85,14 @@ def _bound_in_flight(pending: list) -> None:
 def batched(fn, params, array: np.ndarray, batch_size: int):
     """``fn(params, batch)`` over the rows of ``array`` in fixed-size batches (one compiled shape);
     the results are fetched once, at the end. ``fn`` may return a tuple of arrays."""
-    outs = []
+    pending, masks = [], []
     for b in eval_batches({"x": array}, batch_size):
-        outs.append((fn(params, b["x"]), b["mask"]))
-        _bound_in_flight([out for out, _ in outs])
-    if not outs:
+        pending.append(fn(params, b["x"]))
+        masks.append(b["mask"])
+        _bound_in_flight(pending)
+    if not pending:
         raise ValueError("batched() needs at least one row")
-    fetched = jax.device_get([out for out, _ in outs])
-    masks = [mask for _, mask in outs]
+    fetched = jax.device_get(pending)
     parts = [jax.tree.map(lambda a, m=mask: np.asarray(a)[m], out) for out, mask in zip(fetched, masks, strict=True)]
     return jax.tree.map(lambda *a: np.concatenate(a), *parts)
 

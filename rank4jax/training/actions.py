@@ -9,13 +9,11 @@ import numpy as np
 
 from rank4jax.checkpoint.storage import BEST_METRIC
 from rank4jax.errors import TrainingDivergedError
-from rank4jax.training.data_setup import validation_windows
 
 
 class PeriodicActions:
     def __init__(self, run, out, early, stop):
         self.run, self.out, self.early, self.stop = run, out, early, stop
-        self.val_windows = validation_windows(run.data)
         self.last_val = None  # every checkpoint carries its validation loss
         self.interrupted = None  # the signal's name when one stopped the run
 
@@ -46,7 +44,7 @@ class PeriodicActions:
         return signalled or self.early.stopped
 
     def validate(self, step: int, state) -> None:
-        metrics = self.run.evaluators.windows(state.params, self.val_windows)
+        metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
         if not np.isfinite(metrics["window_ce"]):
             raise TrainingDivergedError(f"validation loss is {metrics['window_ce']} at step {step}; not saved")
         self.out.log_validation(step, metrics)

@@ -46,7 +46,7 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         early = EarlyStopping.resume(patience, run.ckpt.best_metric() if patience else None, start, config.eval_every)
         end = start if early.stopped else config.num_steps  # a run that stopped early trains no further
         out = stack.enter_context(Output(run, start))
-        out.announce(start, early)
+        out.announce(early)
         step_fn = CompiledStep(run.programs.train_step, max_shapes=run.layout.max_shapes)
         first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
         with StopRequest(enabled=jax.process_count() == 1) as stop:  # from here a signal saves, then stops

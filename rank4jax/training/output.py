@@ -41,8 +41,8 @@ class Output:
         if self.run.is_main:
             self.bar.write(text)
 
-    def announce(self, start: int, early) -> None:
-        run = self.run
+    def announce(self, early) -> None:
+        run, start = self.run, self.start
         if early.stopped:
             self.say(
                 f"rank4jax: {run.workdir} stopped early at step {start} (best step {early.best_step}); nothing to train"

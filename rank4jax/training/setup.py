@@ -47,6 +47,7 @@ class Run:
     saved_config: dict  # what this run's checkpoints carry: its config and the data's fingerprint
     n_params: int
     lock: WorkdirLock
+    val_windows: object  # (W, T+1, N) numpy: the validation split's windows
 
     @property
     def tokenizer(self):
@@ -67,7 +68,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved
     tokenizer, saved = _check_workdir(ckpt, config, workdir, fingerprint)
     data = prepare_data(config, tokenizer)
-    validation_windows(data)  # refuse a run with nothing to validate on before any work
+    val_windows = validation_windows(data)  # refuse a run with nothing to validate on before any work
     model_cfg = family.make_config(config.model, data.tokenizer.vocab_size)
     mesh = sharding.make_mesh(config.mesh.data, config.mesh.model)
     sharding.check_divisibility(
@@ -96,6 +97,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
         saved_config,
         n_params,
         lock,
+        val_windows,
     )
 
 
