@@ -36,12 +36,12 @@ class MetricsWriter:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self._events is None:
+        if self._events is None:  # opened first: once metrics.jsonl exists, so does the event file
             from tensorboardX import SummaryWriter
 
             self._events = SummaryWriter(self.workdir, flush_secs=30)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
         split = record.get("split", "train")
         for name, value in record.items():
             if name != "step" and isinstance(value, int | float) and not isinstance(value, bool):
