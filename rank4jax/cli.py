@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import traceback
@@ -32,7 +33,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        say(f"error: {e}\nPass --help for usage.")
+        summary = _traceback_in_message(str(e), argv)  # a config file that raised: its line, not usage
+        say(f"error: {summary}" if summary else f"error: {e}\nPass --help for usage.")
     except Exception as e:  # noqa: BLE001 -- a config file that raises, or an unknown override key
         _flag_exception(e, argv)
     sys.exit(2)
@@ -64,6 +66,23 @@ def config_file_problem(error: BaseException, argv: list[str]) -> str | None:
                 if "def get_config" not in f.read():
                     return f"config file {path} defines no get_config() (it must return an ml_collections.ConfigDict)"
     return None
+
+
+def _traceback_in_message(message: str, argv: list[str]) -> str | None:
+    """One line for a flag error whose text carries a whole traceback (ml_collections formats the
+    exception a config file raised, a wrong-type assignment say, into its message): the config file's
+    line and the exception's last line; None when the message holds no traceback."""
+    if "Traceback (most recent call last)" not in message:
+        return None
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    last = lines[-1]
+    for path in _config_files(argv):
+        where = os.path.abspath(path)
+        frames = (re.match(r'File "(?P<file>[^"]+)", line (?P<line>\d+)', line) for line in lines)
+        found = [m["line"] for m in frames if m and os.path.abspath(m["file"]) == where]
+        if found:
+            return f"config file {path}, line {found[-1]}: {last}"
+    return last
 
 
 def _flag_exception(error: BaseException, argv: list[str]) -> None:

@@ -178,3 +178,28 @@ def test_a_config_file_that_cannot_be_one_is_refused_by_name(tmp_path):
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         f"error: --config: no such config file: {tmp_path}/missing.py"
     ]
+
+
+def test_a_config_file_setting_a_wrong_type_is_one_line(tmp_path):
+    """ml_collections formats the TypeError of a wrong-type assignment, traceback and all, into the
+    flag error's text: it is cut to the config file's line and the exception."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    from rank4jax.cli import _traceback_in_message
+
+    path = tmp_path / "wrong_type.py"
+    path.write_text(
+        "import ml_collections\n\n\ndef get_config():\n"
+        "    c = ml_collections.ConfigDict({'num_steps': 3})\n    c.num_steps = 'many'\n    return c\n"
+    )
+    values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "a config", flag_values=values)
+    argv = ["train.py", f"--config={path}"]
+    with pytest.raises(flags.Error) as caught:
+        values(argv)
+    assert _traceback_in_message(str(caught.value), argv) == (
+        f"config file {path}, line 6: TypeError: Could not override field 'num_steps' (reference). "
+        "many is of original type <class 'str'> and cannot be casted to type <class 'int'>"
+    )
+    assert _traceback_in_message("flag --x: not an int", argv) is None
