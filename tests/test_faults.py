@@ -288,6 +288,10 @@ BAD_FILES = {
     "data.bin": (b"Anna went out.\nShe came back.\n\x00\x01\x02" + bytes(range(256)) * 60, "a NUL byte on line 3"),
     "stories.gz": (b"\x1f\x8b\x08" + bytes(100), "gzip-compressed: decompress it first"),
     "mixed.txt": (b"Anna went out.\nShe \x81came back.\n", "line 2: neither UTF-8 nor Windows-1252 text (byte 0x81)"),
+    # binary named .csv: read as a file, not as a header of mojibake ("unrecognised CSV header ['t3��']")
+    "random.csv": (b"t3\xe9\xfe\xe2,\n\x04" + bytes(range(256)) * 4, "a NUL byte on line 2"),
+    "no_nul.csv": (b"t3\x9b\xe9\n" + bytes(range(1, 256)) * 4, "line 1: neither UTF-8 nor Windows-1252 text (byte 0x9b)"),
+    "control.csv": (b"\x01\x02\x03,\x04\n", "not a text file (detected: unprintable characters in its first line)"),
 }
 
 
@@ -528,3 +532,21 @@ def test_a_very_long_sentence_is_read_not_called_malformed(tmp_path):
     path.write_text(ROC_HEADER + f"s1,T,{long},Two.,Three.,Four.,Five.\r\n", encoding="utf-8")
     (story,) = read_stories(str(path), "rocstories")
     assert story.sentences[0] == long and len(story.sentences) == 5
+
+
+def test_a_refused_run_leaves_the_workdir_as_it_found_it(tmp_path):
+    """A run refused during setup (here: a vocabulary of special tokens only) removes the lock file,
+    the empty checkpoints/ and the workdir it created; a workdir that existed keeps what it held."""
+    from rank4jax.errors import DataError
+
+    refused = tiny_config(**{"tokenizer.min_count": 10**6})
+    new = tmp_path / "new" / "run"
+    with pytest.raises(DataError):
+        train(refused, str(new))
+    assert sorted(os.listdir(tmp_path)) == ["new"] and not new.exists()
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "notes.txt").write_text("mine")
+    with pytest.raises(DataError):
+        train(refused, str(old))
+    assert sorted(os.listdir(old)) == ["notes.txt"]

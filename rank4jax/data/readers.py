@@ -186,6 +186,19 @@ def read_text(path: str) -> list[Story]:
     return stories
 
 
+def _clean_first_line(first: bytes) -> str | None:
+    """The first line of a file's first bytes when they are plainly text (no NUL byte; UTF-16 with a
+    byte-order mark, or UTF-8 up to the first line end), else None."""
+    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return first.decode("utf-16", errors="replace").split("\n", 1)[0]
+    if b"\x00" in first:
+        return None
+    try:
+        return first.split(b"\n", 1)[0].decode("utf-8-sig").rstrip("\r")
+    except UnicodeDecodeError:
+        return None
+
+
 def detect_format(path: str) -> str:
     """'rocstories', 'storycloze' or 'text' from the file's header (CSV) or extension."""
     _check_file(path)
@@ -193,13 +206,12 @@ def detect_format(path: str) -> str:
         return "text"
     with open(path, "rb") as f:
         first = f.read(65536)
-    if first.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        first_line = first.decode("utf-16", errors="replace").splitlines()[:1]
-    else:
-        first_line = first.decode("utf-8-sig", errors="replace").splitlines()[:1]
-    header = [h.strip() for h in next(csv.reader(first_line), [])]
-    if not header or not all(h.isprintable() for h in header):  # binary data: let the reader say what it is
-        read_text_file(path)
+    first_line = _clean_first_line(first)
+    if first_line is None:  # binary, or not UTF-8: the reader says what it is (or decodes Windows-1252)
+        first_line = read_text_file(path).split("\n", 1)[0]
+    header = [h.strip() for h in next(csv.reader([first_line]), [])]
+    if not header or not all(h.isprintable() for h in header):
+        raise DataError(f"{path}: not a text file (detected: unprintable characters in its first line)")
     if all(c in header for c in CLOZE_INPUTS):
         return "storycloze"
     if all(c in header for c in ROCSTORIES_COLUMNS):

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 
 from rank4jax.checkpoint.damage import first_readable
-from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.checkpoint.storage import CHECKPOINT_DIR, RunCheckpoints
 from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.models.family import ModelFamily, get_family
@@ -27,7 +27,7 @@ from rank4jax.training.data_setup import RunData, prepare_data, validation_windo
 from rank4jax.training.programs import Programs, build_programs, optim_key
 from rank4jax.training.run_config import FINGERPRINT_KEY, data_fingerprint, identity_differences, to_json_dict
 from rank4jax.training.state import TrainState, abstract_train_state, carry_optimizer_state
-from rank4jax.training.workdir_lock import WorkdirLock, make_workdir
+from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
 
 
 @dataclasses.dataclass
@@ -62,6 +62,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     """Lock the workdir, check its checkpoints against ``config``, read the data, build the mesh,
     the model config, the programs and the evaluators. Nothing is allocated for the model yet."""
     family = get_family(config.model_family)
+    stack.push(UndoIfFailed(workdir, dirs=(CHECKPOINT_DIR,)))  # a refused run leaves the workdir as it was
     make_workdir(workdir)
     lock = stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
     ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))

@@ -14,6 +14,7 @@ on a filesystem without ``flock`` (then the lock is skipped with a warning).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -35,6 +36,30 @@ def _holder(path: str) -> str:
         return f"pid {info['pid']} on {info['host']} ({info['command']}, since {since})"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process (no holder recorded yet)"
+
+
+class UndoIfFailed:
+    """For ``ExitStack.push`` before the lock is taken: if the run fails (a refusal before training,
+    say), what the run created and left empty is removed after the lock is released, so the workdir
+    is as it was: the lock file, an empty ``dirs`` folder (checkpoints/) and the workdir itself."""
+
+    def __init__(self, workdir: str, dirs: tuple[str, ...]):
+        self.workdir, self.dirs = workdir, dirs
+        self.new = not os.path.exists(workdir)
+        self.before = set() if self.new else set(os.listdir(workdir))
+
+    def __call__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            return False
+        created = [name for name in (*self.dirs, LOCK_FILE) if name not in self.before]
+        for name in created:
+            path = os.path.join(self.workdir, name)
+            with contextlib.suppress(OSError):  # not empty (something was saved), or already gone
+                os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
+        if self.new:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.workdir)
+        return False  # the failure goes on
 
 
 def make_workdir(workdir: str) -> None:
