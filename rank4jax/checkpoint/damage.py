@@ -11,6 +11,7 @@ steps it will save again); evaluation leaves it in place. A step that disappears
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -34,6 +35,8 @@ def reason(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = lines[0] if lines else ""
     text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    if "See full TensorStore details" in text and error.__cause__ is not None:  # orbax quotes a bound method
+        return reason(error.__cause__)  # TensorStore's own error, which names the array
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -66,6 +69,14 @@ def quiet_library_noise() -> None:
 
     hook.rank4jax_quiet = True
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_unretrieved_read_failures)  # the same, logged by asyncio
+
+
+def _unretrieved_read_failures(record: logging.LogRecord) -> bool:
+    """False (drop) for asyncio's 'Task exception was never retrieved' about a failed array read."""
+    exc = record.exc_info[1] if record.exc_info else None
+    text = f"{record.getMessage()} {exc}"
+    return not ("never retrieved" in text and any(noise in text for noise in _LIBRARY_NOISE))
 
 
 def first_readable(ckpt, candidates, load, *, set_aside: bool = False):

@@ -20,16 +20,22 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, reason
 from rank4jax.data.tokenizers import tokenizer_from_dict
-from rank4jax.errors import CheckpointError, WorkdirError
+from rank4jax.errors import CheckpointError, WorkdirError, say
 
 BEST_METRIC = "val_window_ce"
 
 
 class _OrbaxNoise(logging.Filter):
-    """orbax's absl warnings about what this project does on purpose: a preemption save without a
-    validation loss, and read-only managers for evaluation. Nothing a user can act on."""
+    """orbax's absl warnings about what this project does on purpose (a preemption save without a
+    validation loss, read-only managers for evaluation) or about the optional step metadata file,
+    which orbax does without. Nothing a user can act on."""
 
-    MESSAGES = ("did not provide metrics", "setting save_interval_steps=0", "Given directory is read only")
+    MESSAGES = (
+        "did not provide metrics",
+        "setting save_interval_steps=0",
+        "Given directory is read only",
+        "Metadata file",  # a damaged _CHECKPOINT_METADATA: orbax reads the checkpoint without it
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not any(text in record.getMessage() for text in self.MESSAGES)
@@ -67,6 +73,29 @@ def checkpoint_dir(workdir: str) -> str:
     return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
 
 
+class _Manager(ocp.CheckpointManager):
+    """The manager, reading a checkpoint's metrics as absent when they are unreadable (a damaged
+    file would otherwise raise from the manager's constructor, which reads every step's metrics):
+    that checkpoint is not a candidate for the best step, and a warning says so once."""
+
+    _warned: set = set()
+
+    def _get_metrics(self, step: int):
+        try:
+            metrics = super()._get_metrics(step)
+        except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            metrics = e
+        if metrics is None or (isinstance(metrics, dict) and isinstance(metrics.get(BEST_METRIC), int | float)):
+            return metrics
+        if (str(self.directory), step) not in self._warned:
+            self._warned.add((str(self.directory), step))
+            why = reason(metrics) if isinstance(metrics, BaseException) else f"no {BEST_METRIC} in {metrics!r:.60}"
+            say(
+                f"rank4jax: warning: checkpoint {step}'s validation loss is unreadable ({why}); not a candidate for best"
+            )
+        return None
+
+
 class RunCheckpoints:
     """A thin wrapper over ``ocp.CheckpointManager`` with this project's items."""
 
@@ -96,7 +125,7 @@ class RunCheckpoints:
             "tokenizer": ocp.JsonCheckpointHandler(),
         }
         self.workdir = workdir
-        self.manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+        self.manager = _Manager(directory, options=options, item_handlers=handlers)
 
     def __enter__(self):
         return self
