@@ -91,7 +91,8 @@ class _Manager(ocp.CheckpointManager):
             self._warned.add((str(self.directory), step))
             why = reason(metrics) if isinstance(metrics, BaseException) else f"no {BEST_METRIC} in {metrics!r:.60}"
             say(
-                f"rank4jax: warning: checkpoint {step}'s validation loss is unreadable ({why}); not a candidate for best"
+                f"rank4jax: warning: checkpoint {step}'s validation loss is unreadable ({why}); "
+                "not a candidate for best"
             )
         return None
 
