@@ -404,7 +404,7 @@ def test_a_full_disk_is_one_error_and_the_saved_checkpoints_stay(tmp_path, monke
     with pytest.raises(WorkdirError) as caught:
         train(tiny_config(), workdir)
     assert str(caught.value) == (
-        f"cannot save checkpoint 4 in {workdir}: No space left on device; the checkpoints already saved (2) are intact"
+        f"cannot save checkpoint 4 in {workdir}: No space left on device; checkpoint 2 is intact"
     )
     monkeypatch.undo()  # space again: the run resumes from step 2 and finishes
     assert train(tiny_config(), workdir)["step"] == 6
@@ -535,7 +535,7 @@ def test_a_model_too_large_for_memory_is_refused_before_allocating(tmp_path):
     with pytest.raises(ConfigError, match=r"the model has [0-9,]{17,} parameters: .* GiB per device, more than the"):
         train(tiny_config(**{"model.dx": 100000, "model.dt": 8, "model.n_tokens": 16}), str(tmp_path / "run"))
     assert time.perf_counter() - start < 60
-    assert not os.listdir(tmp_path / "run" / "checkpoints")  # nothing saved
+    assert not (tmp_path / "run").exists()  # nothing saved, nothing left
 
 
 def test_read_only_workdir_is_one_error_before_any_work(tmp_path, monkeypatch):
@@ -552,7 +552,7 @@ def test_read_only_workdir_is_one_error_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setattr(workdir_lock.os, "open", read_only)
     with pytest.raises(WorkdirError, match=r"cannot write to the workdir: .*\.lock: Read-only file system; nothing"):
         train(tiny_config(), str(tmp_path / "run"))
-    assert os.listdir(tmp_path / "run") == []  # nothing read, nothing written
+    assert not (tmp_path / "run").exists()  # nothing read, nothing written, nothing left
 
 
 def test_a_very_long_sentence_is_read_not_called_malformed(tmp_path):
@@ -582,3 +582,43 @@ def test_a_refused_run_leaves_the_workdir_as_it_found_it(tmp_path):
     with pytest.raises(DataError):
         train(refused, str(old))
     assert sorted(os.listdir(old)) == ["notes.txt"]
+
+
+def _mount_namespaces() -> bool:
+    """Whether this machine lets a test mount a tmpfs in a private mount namespace (root, unshare)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return False
+    probe = ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"]
+    return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+
+def test_a_full_disk_is_one_line_naming_the_failed_save_and_every_intact_checkpoint(tmp_path):
+    """train.py on a 600 KB tmpfs (a few tiny checkpoints fit; each save is asynchronous, so the
+    failure surfaces while a later save waits for it): one line, exit 2, the step whose save failed,
+    the cause, and every checkpoint still on disk; the failed save's partial directory is removed."""
+    if not _mount_namespaces():
+        pytest.skip("needs root and a private mount namespace (unshare -m) to mount a small tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    flags = [
+        *TINY_FLAGS,
+        "--config.num_steps=40",
+        "--config.eval_every=2",
+        "--config.checkpoint_every=2",
+        "--config.keep_checkpoints=100",
+    ]
+    train_py = " ".join([sys.executable, "train.py", f"--workdir={disk}/run", *flags])
+    script = f"mount -t tmpfs -o size=600k tmpfs {disk} && {train_py}; echo status $?; ls -a {disk}/run/checkpoints"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, env=env)
+    err = [line for line in out.stderr.splitlines() if "are cut" not in line]
+    assert len(err) == 1, out.stderr[-3000:]
+    status, *listing = out.stdout.split("status ")[-1].split()
+    on_disk = sorted(int(name) for name in listing if name.isdigit())
+    assert status == "2" and sorted(listing) == sorted([".", "..", *map(str, on_disk)]), out.stdout
+    failed = int(err[0].split("cannot save checkpoint ")[1].split()[0])
+    assert err[0] == (
+        f"error: cannot save checkpoint {failed} in {disk}/run: No space left on device; "
+        f"checkpoints {', '.join(map(str, on_disk))} are intact"
+    )
+    assert on_disk == list(range(2, failed, 2)) and len(on_disk) >= 2

@@ -11,7 +11,6 @@ steps it will save again); evaluation leaves it in place. A step that disappears
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -52,31 +51,32 @@ def check_finite(workdir: str, step: int, tree) -> None:
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
 
 
-_LIBRARY_NOISE = ("Event loop is closed", "reading array index", "TensorStore")
+LIBRARY_NOISE = ("Event loop is closed", "reading array index", "TensorStore")
 
 
 def quiet_library_noise() -> None:
-    """After a failed read orbax's pending reads of the other arrays fail in the background and
-    reach ``sys.unraisablehook`` (dozens of tracebacks, some after the read returned); drop those,
-    keep anything else."""
-    previous = sys.unraisablehook
-    if getattr(previous, "rank4jax_quiet", False):
+    """After a failed read or save, orbax's pending reads or writes of the other arrays fail in the
+    background: TensorStore's callbacks find asyncio's loop closed and print tracebacks (dozens, some
+    after the read returned or the run stopped) through ``sys.unraisablehook`` or ``sys.excepthook``.
+    Drop those, keep anything else."""
+    if getattr(sys.unraisablehook, "rank4jax_quiet", False):
         return
+    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
 
-    def hook(unraisable):
-        if not any(text in str(unraisable.exc_value) for text in _LIBRARY_NOISE):
-            previous(unraisable)
+    def unraisable(info):
+        if not _noise(info.exc_value):
+            previous_unraisable(info)
 
-    hook.rank4jax_quiet = True
-    sys.unraisablehook = hook
-    logging.getLogger("asyncio").addFilter(_unretrieved_read_failures)  # the same, logged by asyncio
+    def excepthook(exc_type, exc_value, tb):
+        if not _noise(exc_value):
+            previous_except(exc_type, exc_value, tb)
+
+    unraisable.rank4jax_quiet = True
+    sys.unraisablehook, sys.excepthook = unraisable, excepthook
 
 
-def _unretrieved_read_failures(record: logging.LogRecord) -> bool:
-    """False (drop) for asyncio's 'Task exception was never retrieved' about a failed array read."""
-    exc = record.exc_info[1] if record.exc_info else None
-    text = f"{record.getMessage()} {exc}"
-    return not ("never retrieved" in text and any(noise in text for noise in _LIBRARY_NOISE))
+def _noise(error) -> bool:
+    return any(text in str(error) for text in LIBRARY_NOISE)
 
 
 def first_readable(ckpt, candidates, load, *, set_aside: bool = False):

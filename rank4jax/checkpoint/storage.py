@@ -8,27 +8,36 @@ could delete the newest checkpoint and break resume. What to do with an unreadab
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import logging
 import os
+import re
 import shutil
+import warnings
 
 import grain
 import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, reason
+from rank4jax.checkpoint.damage import LIBRARY_NOISE, CheckpointDamaged, check_finite, quiet_library_noise, reason
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 
 BEST_METRIC = "val_window_ce"
 
 
+STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
+
+
 class _OrbaxNoise(logging.Filter):
-    """orbax's absl warnings about what this project does on purpose (a preemption save without a
-    validation loss, read-only managers for evaluation) or about the optional step metadata file,
-    which orbax does without. Nothing a user can act on."""
+    """Dropped from the absl and asyncio logs: orbax's warnings about what this project does on
+    purpose (a preemption save without a validation loss, read-only managers for evaluation) or about
+    the optional step metadata file, which orbax does without; its error logs and asyncio's 'Task
+    exception was never retrieved' about a failed save (a full disk: reported in one line by
+    :func:`storage_error`) or a failed read (reported by ``damage.first_readable``)."""
 
     MESSAGES = (
         "did not provide metrics",
@@ -38,12 +47,20 @@ class _OrbaxNoise(logging.Filter):
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not any(text in record.getMessage() for text in self.MESSAGES)
+        message = record.getMessage()
+        if any(text in message for text in self.MESSAGES):
+            return False
+        if record.levelno < logging.ERROR or not ("/orbax/" in record.pathname or "never retrieved" in message):
+            return True
+        text = f"{message} {record.exc_info[1] if record.exc_info else ''}"
+        return not any(phrase in text for phrase in (*STORAGE_FAILURES, *LIBRARY_NOISE))
 
 
-logging.getLogger("absl").addFilter(_OrbaxNoise())
+for _logger in ("absl", "asyncio"):
+    logging.getLogger(_logger).addFilter(_OrbaxNoise())
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
+_STEP_IN_PATH = re.compile(r"/" + CHECKPOINT_DIR + r"/(\d+)(?:\.orbax-checkpoint-tmp[^/]*)?/")
 
 
 def _os_error(error: BaseException) -> OSError | None:
@@ -57,16 +74,44 @@ def _os_error(error: BaseException) -> OSError | None:
     return None
 
 
-def storage_error(error: BaseException, workdir: str, step, saved) -> BaseException:
-    """A failed save as one WorkdirError naming the cause (no space, read-only, permission), or the
-    exception itself when it is not a storage problem (a bug keeps its traceback)."""
-    os_error = _os_error(error)
-    text = str(error)
-    if os_error is None and not any(m in text for m in ("No space left", "Read-only file system", "Permission denied")):
+def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseException:
+    """A failed save as one WorkdirError: the step whose save failed (an asynchronous save fails
+    while a later one waits for it: the step is read from the path in orbax's message), the cause
+    (no space, quota, read-only, permission) and every checkpoint intact on disk. The failed save's
+    partial directory is removed. Not a storage problem: the exception itself (a bug keeps its
+    traceback)."""
+    os_error, text = _os_error(error), str(error)
+    phrase = next((p for p in STORAGE_FAILURES if p in text), None)
+    if os_error is None and phrase is None:
         return error
-    cause = os_error.strerror if os_error is not None else reason(error)
-    kept = f"the checkpoints already saved ({', '.join(map(str, saved))}) are intact" if saved else "nothing was saved"
-    return WorkdirError(f"cannot save checkpoint {step} in {workdir}: {cause}; {kept}")
+    cause = os_error.strerror if os_error is not None else phrase
+    found = _STEP_IN_PATH.search(text)
+    directory = checkpoint_dir(workdir)
+    partial = glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*"))  # saves that failed (none is running)
+    steps = {int(found.group(1)) if found else step} | {int(os.path.basename(p).split(".")[0]) for p in partial}
+    failed = min(s for s in steps if s is not None) if steps - {None} else None  # the first save that failed
+    _remove_partial_saves(directory)
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited")  # the failed save's, at exit
+    intact = sorted(int(n) for n in _listdir(directory) if n.isdigit() and int(n) != failed)
+    kept = (
+        f"checkpoints {', '.join(map(str, intact))} are intact"
+        if len(intact) > 1
+        else (f"checkpoint {intact[0]} is intact" if intact else "no checkpoint was saved before it")
+    )
+    return WorkdirError(f"cannot save checkpoint {failed} in {workdir}: {cause}; {kept}")
+
+
+def _remove_partial_saves(directory: str) -> None:
+    """Remove the temporary directories of saves that failed: space back (a resume never reads them)."""
+    for path in glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*")):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))]
+    except OSError:
+        return []
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -125,18 +170,29 @@ class RunCheckpoints:
             "config": ocp.JsonCheckpointHandler(),
             "tokenizer": ocp.JsonCheckpointHandler(),
         }
+        quiet_library_noise()  # a failed save's or read's pending writes or reads fail in the background
         self.workdir = workdir
+        self.saving = None  # the step of the latest save requested (asynchronous)
         self.manager = _Manager(directory, options=options, item_handlers=handlers)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:  # the run's own error goes on: a pending save failing as well (a full disk) would mask it
+            with contextlib.suppress(Exception):
+                self.close()
+            if isinstance(exc, WorkdirError) and jax.process_index() == 0:  # a failed save: none is running now
+                _remove_partial_saves(checkpoint_dir(self.workdir))
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        self.wait_until_finished()
+        try:
+            self.manager.close()  # waits for the step metadata writes too
+        except Exception as e:  # noqa: BLE001
+            raise storage_error(e, self.workdir, self.saving) from None
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -188,14 +244,19 @@ class RunCheckpoints:
         try:
             self.manager.save(step, args=args, metrics=metrics, force=True)
         except Exception as e:  # noqa: BLE001 -- a full or read-only disk: one line (storage_error)
-            raise storage_error(e, self.workdir, step, self.all_steps()) from None
+            try:  # the earlier save, if still being written, finishes (or fails: the first failure is named)
+                self.manager.wait_until_finished()
+            except Exception as earlier:  # noqa: BLE001
+                raise storage_error(earlier, self.workdir, self.saving) from None
+            raise storage_error(e, self.workdir, step) from None
+        self.saving = step  # written in the background until the next save or wait
 
     def wait_until_finished(self) -> None:
         """Block until the asynchronous saves are on disk (their storage errors surface here)."""
         try:
             self.manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001
-            raise storage_error(e, self.workdir, self.latest_step(), self.all_steps()) from None
+            raise storage_error(e, self.workdir, self.saving) from None
 
     def load_meta(self, step: int):
         """(saved run config dict, tokenizer) of a checkpoint."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 
+from rank4jax.errors import WorkdirError, say
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
 
@@ -30,8 +32,8 @@ class MetricsWriter:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(quiet=exc_type is not None)
 
     def write(self, record: dict) -> None:
         if not self.enabled:
@@ -40,17 +42,25 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter
 
             self._events = SummaryWriter(self.workdir, flush_secs=30)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as e:
+            raise WorkdirError(f"cannot write {self.path}: {e.strerror}") from None
         split = record.get("split", "train")
         for name, value in record.items():
             if name != "step" and isinstance(value, int | float) and not isinstance(value, bool):
                 self._events.add_scalar(f"{split}/{name}", value, global_step=int(record["step"]))
 
-    def close(self) -> None:
+    def close(self, quiet: bool = False) -> None:
+        """Flush and close the event file; ``quiet`` when the run is failing (its own error says why)."""
         if self._events is not None:
-            self._events.close()
-            self._events = None
+            events, self._events = self._events, None
+            try:
+                events.close()  # flushes: a full disk fails here
+            except OSError as e:
+                if not quiet:
+                    say(f"rank4jax: warning: the TensorBoard event file in {self.workdir} is incomplete: {e.strerror}")
 
 
 def rewind_metrics(workdir: str, step: int) -> None:

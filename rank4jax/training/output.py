@@ -33,9 +33,9 @@ class Output:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self.bar.close()
-        self.writer.close()
+        self.writer.close(quiet=exc_type is not None)  # a failing run's own error says why
 
     def say(self, text: str) -> None:
         if self.run.is_main:
