@@ -163,6 +163,7 @@ class RunCheckpoints:
             best_mode="min",
             create=not read_only,
             read_only=read_only,
+            cleanup_tmp_directories=not read_only,  # a failed save's partial directory, at the next start
         )
         handlers = {
             "state": ocp.StandardCheckpointHandler(),
