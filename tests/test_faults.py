@@ -632,3 +632,18 @@ def test_a_failed_saves_partial_directory_is_removed_at_the_next_start(tiny_run_
     (partial / "state").mkdir(parents=True)
     assert train(tiny_config(), str(tiny_run_copy))["step"] == 6  # finished: restores, trains nothing
     assert sorted(os.listdir(tiny_run_copy / "checkpoints")) == ["4", "6"]
+
+
+def test_a_finished_run_whose_last_checkpoint_has_no_loss_validates_it_on_rerun(tiny_run, tiny_run_copy, capsys):
+    """Checkpoint 6 saved without its loss (as an older version did at a signal during the last
+    validation): the rerun trains nothing, validates 6, adds its loss, and 6 is best again."""
+    with storage.RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
+        loss = ckpt.metric(6)
+        assert ckpt.best_step() == 6
+    shutil.rmtree(tiny_run_copy / "checkpoints" / "6" / "metrics")
+    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
+        assert (ckpt.metric(6), ckpt.best_step()) == (None, 4)
+    assert train(tiny_config(), str(tiny_run_copy))["step"] == 6
+    assert f"step 6: its checkpoint carried no validation loss: {loss:.4f} added" in capsys.readouterr().out
+    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
+        assert (ckpt.metric(6), ckpt.best_step()) == (loss, 6)

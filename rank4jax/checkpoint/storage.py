@@ -18,6 +18,7 @@ import shutil
 import warnings
 
 import grain
+from etils import epath
 import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
@@ -27,6 +28,7 @@ from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 
 BEST_METRIC = "val_window_ce"
+METRICS_ITEM = "metrics"  # the manager's own item: checkpoints/<step>/metrics/metrics
 
 
 STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
@@ -206,6 +208,19 @@ class RunCheckpoints:
         bookkeeping (the latest if no checkpoint carries a metric, e.g. only preemption saves)."""
         best = self.manager.best_step()
         return self.latest_step() if best is None else best
+
+    def metric(self, step: int) -> float | None:
+        """The validation window loss a checkpoint carries (None: saved without one, or unreadable)."""
+        metrics = self.manager.metrics(step)
+        return None if metrics is None else float(metrics[BEST_METRIC])
+
+    def add_metric(self, step: int, metrics: dict) -> None:
+        """Give a saved checkpoint the metrics it was saved without, through the handler the manager
+        reads them with (a checkpoint's ``metrics`` item), then reread the checkpoints."""
+        directory = epath.Path(self.step_dir(step)) / METRICS_ITEM
+        directory.mkdir(exist_ok=True)
+        ocp.JsonCheckpointHandler(filename=METRICS_ITEM).save(directory, args=ocp.args.JsonSave(metrics))
+        self.manager.reload()
 
     def best_metric(self) -> tuple[int, float] | None:
         """(step, validation window loss) of the best checkpoint that carries one, else None."""

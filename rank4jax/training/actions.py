@@ -43,6 +43,18 @@ class PeriodicActions:
             self.interrupted = self.stop.name
         return signalled or self.early.stopped
 
+    def validate_the_end(self, step: int, state) -> None:
+        """A finished run whose last checkpoint carries no validation loss (an older version saved it
+        so at a signal during its last validation): validate it now and add the loss to it, so the
+        run selects the same best step as an uninterrupted one."""
+        ckpt = self.run.ckpt
+        if step != self.run.config.num_steps or ckpt.metric(step) is not None:
+            return
+        metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
+        self.run.lock.check(step)
+        ckpt.add_metric(step, {BEST_METRIC: metrics["window_ce"]})
+        self.out.say(f"step {step}: its checkpoint carried no validation loss: {metrics['window_ce']:.4f} added")
+
     def validate(self, step: int, state) -> None:
         metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
         if not np.isfinite(metrics["window_ce"]):

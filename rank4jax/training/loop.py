@@ -51,6 +51,7 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
         with StopRequest(enabled=jax.process_count() == 1) as stop:  # from here a signal saves, then stops
             actions = PeriodicActions(run, out, early, stop)
+            actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
             state = _loop(run, state, first, batches, step_fn, actions, hooks, out, (start, end))
             run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
         if jax.process_count() > 1:  # every process holds the same replicated parameters
