@@ -18,9 +18,9 @@ import shutil
 import warnings
 
 import grain
-from etils import epath
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from rank4jax.checkpoint.damage import LIBRARY_NOISE, CheckpointDamaged, check_finite, quiet_library_noise, reason
