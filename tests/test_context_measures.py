@@ -78,3 +78,29 @@ def test_wilson_interval_by_hand():
     half = 1.959963984540054 * math.sqrt(0.25 / 100 + 1.959963984540054**2 / 40000) / (1 + 1.959963984540054**2 / 100)
     assert (lo, hi) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-15)
     assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_context_spread_with_every_pool_lender_equals_the_evaluation(tiny_run_copy, tmp_path):
+    """Drawing all P lenders of the pool is the evaluation's own rule with K = P (the same lenders,
+    seed 0): every draw gives the report's PMI and ending-only accuracies, with no spread."""
+    from rank4jax.experiments.cloze_contexts import context_spread
+
+    header = "InputSentence1,InputSentence2,InputSentence3,InputSentence4,"
+    header += "RandomFifthSentenceQuiz1,RandomFifthSentenceQuiz2,AnswerRightEnding\n"
+    names = ["Anna", "Ben", "Cara", "Dan", "Eve", "Finn", "Gus", "Hal", "Ivy", "Jo"]
+    rows = [
+        f"{n} went out.,{n} saw a dog.,The dog ran.,{n} ran after it.,{n} caught the dog.,{n} ate soup.,{1 + i % 2}\n"
+        for i, n in enumerate(names)
+    ]
+    path = tmp_path / "cloze.csv"
+    path.write_text(header + "".join(rows), encoding="utf-8")
+    result = context_spread(str(tiny_run_copy), str(path), pool=5, ks=(5,), draws=3)
+    report = evaluate_run(
+        str(tiny_run_copy), split="all", data_path=str(path), num_examples=0, rollout_steps=0, cloze_contexts=5
+    )
+    spread = result["by_k"][5]
+    assert (result["stories"], result["pool"], result["mean_ce"]) == (10, 5, report["cloze_accuracy"])
+    for rule, key in (("pmi", "cloze_accuracy_normalised"), ("ending_only", "cloze_accuracy_ending_only")):
+        assert (spread[rule]["min"], spread[rule]["max"]) == (report[key], report[key])  # every draw
+        assert spread[rule]["mean"] == pytest.approx(report[key], abs=1e-15) and spread[rule]["std"] < 1e-15
+    assert spread["finite_pool_factor"] == 0.0

@@ -105,29 +105,42 @@ def other_contexts(n_stories: int, n_contexts: int, seed: int = 0) -> np.ndarray
     return (np.arange(n_stories)[None] + shifts[:, None]) % n_stories
 
 
-def cloze_scores(score, params, pairs: np.ndarray, batch_size: int, n_contexts: int = CLOZE_CONTEXTS) -> dict:
+def cloze_scores(
+    score, params, pairs: np.ndarray, batch_size: int, n_contexts: int = CLOZE_CONTEXTS, seed: int = 0
+) -> dict:
     """pairs (W, 2, T+1, N): the story's context, then each candidate ending as S(T).
 
     Returns ``mean_ce`` (W, 2), the first rule's score (lower wins), and, with two stories or more,
     ``pmi`` (W, 2), the second rule's (higher wins; see the module docstring), ``prior`` (W, 2), the
     third's: log mean_k p(e | c_k), the ending's likelihood without its story (higher wins), and
-    ``contexts`` K."""
+    ``contexts`` K. ``seed`` picks which K other stories lend their contexts."""
     w, shape = len(pairs), pairs.shape[2:]
     ce = batched(score, params, pairs.reshape((2 * w,) + shape), batch_size).reshape(w, 2)
     out = {"mean_ce": ce}
     if w < 2 or n_contexts < 1:
         return out
-    n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2) tokens of each ending
-    lenders = other_contexts(w, n_contexts)  # (K, W)
-    k = len(lenders)
+    lenders = other_contexts(w, n_contexts, seed)  # (K, W)
+    other = lent_context_scores(score, params, pairs, lenders, batch_size)
+    return out | ending_priors(pairs, ce, other)
+
+
+def lent_context_scores(score, params, pairs: np.ndarray, lenders: np.ndarray, batch_size: int) -> np.ndarray:
+    """(K, W, 2) each story's candidate endings scored after the context of story ``lenders[k, w]``."""
+    (k, w), shape = lenders.shape, pairs.shape[2:]
     n_slices, n_tokens = shape[0] - 1, shape[1]
     contexts = np.broadcast_to(pairs[lenders, :1, :-1], (k, w, 2, n_slices, n_tokens))  # lent contexts
     endings = np.broadcast_to(pairs[None, :, :, -1:], (k, w, 2, 1, n_tokens))  # the story's own endings
     swapped = np.concatenate([contexts, endings], axis=3).reshape((-1,) + shape)
-    other = batched(score, params, swapped, batch_size).reshape(k, w, 2)
+    return batched(score, params, swapped, batch_size).reshape(k, w, 2)
+
+
+def ending_priors(pairs: np.ndarray, ce: np.ndarray, other: np.ndarray) -> dict:
+    """The PMI and ending-only scores (W, 2) from each ending's mean CE after its own context, ``ce``
+    (W, 2), and after K lent ones, ``other`` (K, W, 2)."""
+    n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2) tokens of each ending
     log_p_own = -ce * n_tok  # log p(e | c), summed over the ending's tokens
-    log_p_prior = np.logaddexp.reduce(-other * n_tok, axis=0) - np.log(k)  # log mean_k p(e | c_k)
-    return out | {"pmi": log_p_own - log_p_prior, "prior": log_p_prior, "contexts": k}
+    log_p_prior = np.logaddexp.reduce(-other * n_tok, axis=0) - np.log(len(other))  # log mean_k p(e | c_k)
+    return {"pmi": log_p_own - log_p_prior, "prior": log_p_prior, "contexts": len(other)}
 
 
 def cloze_accuracy(

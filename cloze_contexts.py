@@ -1,0 +1,45 @@
+"""How the PMI and ending-only Story Cloze accuracies move with the choice of the K stories that lend
+their contexts (issue 26), for K = 8, 32, 64 by default:
+
+    python cloze_contexts.py --workdir=runs/compare_roc/rank4 --cloze_data=../shared/data/storycloze_val_2016.csv
+
+Scores every story's endings after a pool of --pool other stories' contexts once, then draws K of them
+--draws times. Writes <workdir>/eval/cloze_contexts_step<N>.json and prints the table.
+"""
+
+import json
+import os
+
+from absl import app, flags, logging
+
+from rank4jax.cli import parse_flags, run_reporting_user_errors
+from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of a training run.", required=True)
+_CLOZE = flags.DEFINE_string("cloze_data", None, "A Story Cloze CSV.", required=True)
+_STEP = flags.DEFINE_string("step", "best", "Checkpoint: 'best', 'latest' or a step.")
+_POOL = flags.DEFINE_integer("pool", 128, "P: the other stories whose contexts every story's endings are scored after.")
+_KS = flags.DEFINE_list("ks", ["8", "32", "64"], "The numbers of lent contexts K to draw from the pool.")
+_DRAWS = flags.DEFINE_integer("draws", 200, "Draws of K lenders per K.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.ERROR)
+    ks = tuple(int(k) for k in _KS.value)
+    result = run_reporting_user_errors(
+        lambda: context_spread(
+            _WORKDIR.value, _CLOZE.value, step=_STEP.value, pool=_POOL.value, ks=ks, draws=_DRAWS.value
+        )
+    )
+    out_dir = os.path.join(_WORKDIR.value, "eval")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"cloze_contexts_step{result['step']}.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    print(spread_markdown(result))
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=parse_flags)
