@@ -30,6 +30,7 @@ def tiny_config(**overrides):
     c.optim.warmup_steps = 0
     c.progress_bar = False
     c.compact_buckets = 8  # the loop tests run the rank-4 fast path (test_compact checks it against 0)
+    c.batch_layout = "rule"  # unmeasured: the first enabled layout (test_layout_choice measures)
     family = overrides.pop("model_family", "rank4")
     if family != "rank4":  # the family's own model section
         c.model_family = family

@@ -64,6 +64,7 @@ def test_sigterm_saves_within_seconds_and_a_second_signal_harms_nothing(tmp_path
         "--config.log_every=2",
         "--config.num_steps=100000",
         "--config.progress_bar=False",
+        "--config.batch_layout=rule",
     )
     _wait_for_training(os.path.join(workdir, "metrics.jsonl"), proc)
     elapsed, stderr = _signal_and_wait(proc, (signal.SIGTERM, signal.SIGTERM))
@@ -92,6 +93,7 @@ def test_compare_stops_at_an_interrupted_first_stage(tmp_path, cloze_path):
         f"--workdir={workdir}",
         "--rank4_config.log_every=2",
         "--rank4_config.progress_bar=False",
+        "--rank4_config.batch_layout=rule",
     )
     _wait_for_training(os.path.join(workdir, "rank4", "metrics.jsonl"), proc)
     elapsed, stderr = _signal_and_wait(proc, (signal.SIGTERM,))

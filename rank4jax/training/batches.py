@@ -1,11 +1,14 @@
 """What a jitted train or eval step consumes: full-width windows, windows trimmed to their used
 width, or a compact batch (only the positions that can reach the loss).
 
-The choice is made once per run from the config and the model family (``compact_buckets``,
-``trim_padding_multiple``) and applies to training and evaluation alike: both layouts give exactly
+The layout is one per run and applies to training and evaluation alike: every layout gives exactly
 the full-width loss sums, so evaluation skips the same PAD work as training (the readout runs only
-on the rows that carry a target). Each process would cut its rows to its own shape, so only a
-single-process run trims or compacts.
+on the rows that carry a target). ``batch_layout`` in the config names it, or is ``"rule"``: the
+first of the candidates the config enables (compact with ``compact_buckets``, trimmed with
+``trim_padding_multiple``, full width always), or ``"auto"``: the candidates are timed at the start
+of the run and the fastest kept (``training.layout_choice``). A run's checkpoints carry the layout it
+used, so a resume and its evaluation keep it. Each process would cut its rows to its own shape, so
+only a single-process run trims or compacts.
 """
 
 from __future__ import annotations
@@ -18,18 +21,36 @@ import numpy as np
 
 from rank4jax.data.compact import compact_windows
 from rank4jax.data.windows import trim_padding
+from rank4jax.errors import ConfigError
 from rank4jax.models.family import ModelFamily
+
+LAYOUTS = ("compact", "trimmed", "full")  # in the rule's order: it takes the first enabled one
+SETTINGS = ("auto", "rule", *LAYOUTS)  # the config's batch_layout
+
+
+def candidate_layouts(config: ml_collections.ConfigDict, family: ModelFamily, model_cfg) -> list[str]:
+    """The layouts this run may use, in the rule's order: compact and trimmed where the family
+    accepts them, the config enables them and the run is a single process; full width always."""
+    accepted = family.layouts(model_cfg) if jax.process_count() == 1 else ()
+    enabled = {"compact": config.get("compact_buckets", 0), "trimmed": config.get("trim_padding_multiple", 0)}
+    return [name for name in LAYOUTS if name == "full" or (name in accepted and enabled[name])]
 
 
 def batch_layout(
-    config: ml_collections.ConfigDict, family: ModelFamily, model_cfg, groups: int
+    config: ml_collections.ConfigDict, family: ModelFamily, model_cfg, groups: int, name: str | None = None
 ) -> Callable[[np.ndarray], np.ndarray | dict]:
-    """windows (B, T+1, N) numpy → the step's input. ``groups``: devices along the data axis (a
-    compact batch keeps each device's windows in a group of its own)."""
-    single = jax.process_count() == 1
-    accepted = family.layouts(model_cfg) if single else ()
-    compact = config.get("compact_buckets", 0) if "compact" in accepted else 0
-    trim = config.get("trim_padding_multiple", 0) if "trimmed" in accepted and not compact else 0
+    """windows (B, T+1, N) numpy → the step's input, in layout ``name`` (default: the config's
+    ``batch_layout`` when it names one of the candidates, else the rule's, the first candidate).
+    ``groups``: devices along the data axis (a compact batch keeps each device's windows in a group
+    of its own)."""
+    candidates = candidate_layouts(config, family, model_cfg)
+    name = name or config.get("batch_layout", "rule")
+    if name in ("auto", "rule"):  # not measured (yet): the rule's
+        name = candidates[0]
+    if name not in candidates:
+        raise ConfigError(f"batch_layout {name!r} is not available to this run (it may use {', '.join(candidates)})")
+    compact = config.compact_buckets if name == "compact" else 0
+    trim = config.trim_padding_multiple if name == "trimmed" else 0
 
     def layout(windows: np.ndarray):
         if compact:
@@ -38,7 +59,7 @@ def batch_layout(
             return trim_padding(windows, trim)
         return windows
 
-    layout.name = "compact" if compact else "trimmed" if trim else "full"
+    layout.name = name
     # the most distinct batch shapes the layout can produce (a jitted step compiles once for each):
     # compact rows R and target rows R_t ≤ R are each one of ``compact`` bucket sizes; a trimmed
     # width is a multiple of ``trim`` up to N, or N

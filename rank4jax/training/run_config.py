@@ -14,6 +14,7 @@ import ml_collections
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import get_family
 from rank4jax.models.sizes import check_dropout, check_positive_int
+from rank4jax.training.batches import SETTINGS
 from rank4jax.training.sharding import mesh_shape
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
@@ -42,6 +43,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
         value = config.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be a non-negative integer (0 = off), got {value!r}")
+    if config.get("batch_layout", "rule") not in SETTINGS:
+        raise ConfigError(f"batch_layout must be one of {', '.join(SETTINGS)}, got {config.batch_layout!r}")
     if config.checkpoint_every % config.eval_every:
         raise ConfigError(
             f"checkpoint_every ({config.checkpoint_every}) must be a multiple of eval_every ({config.eval_every}) "

@@ -22,8 +22,8 @@ from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.models.family import ModelFamily, get_family
 from rank4jax.training import sharding
-from rank4jax.training.batches import batch_layout
 from rank4jax.training.data_setup import RunData, prepare_data, validation_windows
+from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.programs import Programs, build_programs, optim_key
 from rank4jax.training.run_config import FINGERPRINT_KEY, data_fingerprint, identity_differences, to_json_dict
 from rank4jax.training.state import TrainState, abstract_train_state, carry_optimizer_state
@@ -78,12 +78,16 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
         n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
         hidden=4 * config.model.dx * config.model.dt,
     )
-    layout = batch_layout(config, family, model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
     programs = build_programs(family, model_cfg, optim_key(config.optim), mesh)
     n_params = family.count_params(model_cfg)
     sharding.check_state_fits(programs.abstract, programs.state_sharding, n_params)  # before allocating
+    groups = mesh.shape[sharding.DATA_AXIS]
+    layout, timings = choose_layout(config, family, model_cfg, programs, data.windows["train"].windows, groups, saved)
+    if timings and jax.process_index() == 0:
+        figures = ", ".join(f"{name} {1e3 * s:.1f}" for name, s in sorted(timings.items(), key=lambda kv: kv[1]))
+        say(f"rank4jax: batch layout {layout.name}, the fastest measured (ms per train step: {figures})")
     evaluators = Evaluators(programs, config.eval_batch_size, layout)
-    saved_config = to_json_dict(config) | {FINGERPRINT_KEY: fingerprint}
+    saved_config = to_json_dict(config) | {"batch_layout": layout.name, FINGERPRINT_KEY: fingerprint}
     return Run(
         config,
         workdir,
