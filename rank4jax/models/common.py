@@ -106,7 +106,25 @@ def init_mlp(key: jax.Array, width: int, dtype) -> dict:
 
 
 def apply_mlp(params: dict, x: jax.Array) -> jax.Array:
-    """W2 · GELU(W1 · x + b1) + b2 over the last axis (exact erf GELU). x (..., D) → (..., D)."""
-    h = jnp.einsum("...d,df->...f", x, params["w1"]) + params["b1"]
-    h = jax.nn.gelu(h, approximate=False)
-    return jnp.einsum("...f,fd->...d", h, params["w2"]) + params["b2"]
+    """W2 · GELU(W1 · x + b1) + b2 over the last axis (exact erf GELU). x (..., D) → (..., D).
+
+    The rows are flattened to one (rows, D) matrix: with the leading axes kept apart XLA:CPU formed
+    transposes for the weight gradients (measured 1.16× slower backward at the small size)."""
+    rows = x.reshape(-1, x.shape[-1])
+    h = gelu(rows @ params["w1"] + params["b1"])
+    return (h @ params["w2"] + params["b2"]).reshape(x.shape[:-1] + (-1,))
+
+
+@jax.custom_jvp
+def gelu(x: jax.Array) -> jax.Array:
+    """Exact (erf) GELU, x·Φ(x), with its derivative Φ(x) + x·φ(x) written out: autodiff of
+    ``jax.nn.gelu`` differentiates through erf's own expansion (more ops in the backward)."""
+    return jax.nn.gelu(x, approximate=False)
+
+
+@gelu.defjvp
+def _gelu_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    cdf = 0.5 * (1.0 + jax.lax.erf(x * np.sqrt(0.5).astype(x.dtype)))
+    pdf = jnp.exp(-0.5 * jnp.square(x)) * np.sqrt(0.5 / np.pi).astype(x.dtype)
+    return jax.nn.gelu(x, approximate=False), dx * (cdf + x * pdf)
