@@ -11,9 +11,11 @@ positions are PAD.
 
 For each size, window kind and parameter dtype it reports the rank4jax train step on three layouts
 of the same windows — full width N, cut to the used width N' (``trim_padding``) and the compact
-batch (``compact_windows``: only positions whose input or target is not PAD; what training runs)
-— and the forward-only eval step: windows/s, tokens/s (N·T positions per window), model FLOPs per
-window counted analytically at full width, achieved GFLOP/s (full-width FLOPs, so a layout that
+batch (``compact_windows``: only positions whose input or target is not PAD); training runs the
+fastest (``batch_layout="auto"``) — and the forward-only eval step on trimmed and compact rows
+(against the peer's eval-mode forward and loss on the same windows, ``torch_peer_windows.py
+--forward``): windows/s, tokens/s (N·T positions per window), model FLOPs per window counted
+analytically at full width, achieved GFLOP/s (full-width FLOPs, so a layout that
 skips work shows above the arithmetic it does) and its ratio to this machine's matmul peak in that
 dtype (measured in the same run), compile time and compiled peak memory.
 
@@ -85,6 +87,16 @@ def matmul_peak_gflops(dtype, n: int | None = None, chain: int = 8, repeats: int
     return chain * 2 * n**3 / best / 1e9
 
 
+def compiled_eval_step(cfg, params, rows):
+    """(the eval step's loss sums compiled for ``rows`` of a layout, the rows on the device, compile s)."""
+    rows = jax.tree.map(jnp.asarray, rows)
+    start = time.perf_counter()
+    compiled = jax.jit(functools.partial(RANK4.loss_sums, cfg=cfg)).lower(params, rows).compile()
+    compile_s = time.perf_counter() - start
+    jax.block_until_ready(compiled(params, rows))
+    return compiled, rows, compile_s
+
+
 def eval_seconds(compiled, params, windows, steps: int) -> float:
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -102,10 +114,14 @@ def torch_args(spec: dict, flags: dict) -> list[str]:
 
 
 def torch_windows_per_s(
-    script: str, spec: dict, steps: int, windows_file: str | None = None, device: str = "cpu"
+    script: str, spec: dict, steps: int, windows_file: str | None = None, device: str = "cpu", forward: bool = False
 ) -> float:
-    """The peer's windows/s: its own script on its own windows, or its step on ``windows_file``."""
-    if windows_file is None and device == "cpu":
+    """The peer's windows/s: its own script on its own windows, or its step (``forward``: its eval-mode
+    forward and loss) on ``windows_file``."""
+    if forward:
+        dims = torch_args(spec, MODEL_FLAGS)
+        args = [sys.executable, PEER_ON_WINDOWS, script, windows_file, *dims, "--steps", str(steps), "--forward"]
+    elif windows_file is None and device == "cpu":
         args = [sys.executable, script, *torch_args(spec, MODEL_FLAGS | SHAPE_FLAGS), "--steps", str(steps)]
     else:  # N, T, B: the windows file's shape
         dims = torch_args(spec, MODEL_FLAGS)
@@ -190,12 +206,7 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
         runs[name] = {"step": compiled, "state": run_steps(compiled, state, rows, 2)[1], "batch": rows}
         runs[name]["figures"] = (compile_s, peak_bytes(memory))
     params = jax.tree_util.tree_map(jnp.copy, runs["compact"]["state"].params)  # the train step donates its state
-    eval_rows = jnp.asarray(layouts["trimmed"])
-    eval_fn = jax.jit(functools.partial(RANK4.loss_sums, cfg=cfg))
-    t0 = time.perf_counter()
-    eval_compiled = eval_fn.lower(params, eval_rows).compile()
-    eval_compile_s = time.perf_counter() - t0
-    jax.block_until_ready(eval_compiled(params, eval_rows))
+    evals = {name: compiled_eval_step(cfg, params, layouts[name]) for name in ("trimmed", "compact")}
     peer = args.torch and dtype == jnp.float32
     if peer:
         ref = torch_loss(args.torch, cfg, params, windows)
@@ -204,26 +215,37 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
             f"{tag:<36} same windows and parameters, eval mode: torch loss {ref:.6f}; |rank4jax - torch| = "
             + ", ".join(f"{gap:.2e} ({name})" for name, gap in gaps.items())
         )
-    windows_file = None
-    if peer and (kind != "synthetic" or args.torch_device != "cpu"):
-        windows_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
-        np.save(windows_file, windows)
+    windows_file = forward_file = None
+    if peer:  # the peer's forward always runs on the saved windows; its step on its own synthetic ones
+        forward_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
+        np.save(forward_file, windows)
+        if kind != "synthetic" or args.torch_device != "cpu":
+            windows_file = forward_file
 
     timers = {name: step_timer(run, args.steps) for name, run in runs.items()}
     times = {name: [] for name in runs}
-    torch_rates = []
+    torch_rates, torch_forward_rates, eval_times = [], [], {name: [] for name in evals}
     for _ in range(args.pairs):
         for name, timer in timers.items():
             times[name].append(timer())
+        for name, (compiled, rows, _) in evals.items():
+            eval_times[name].append(eval_seconds(compiled, params, rows, args.steps))
         if peer:
             torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps, windows_file, args.torch_device))
-    eval_s = statistics.median(eval_seconds(eval_compiled, params, eval_rows, args.steps) for _ in range(3))
+            if args.torch_device == "cpu":
+                torch_forward_rates.append(
+                    torch_windows_per_s(args.torch, spec, args.steps, forward_file, forward=True)
+                )
+    eval_s = {name: statistics.median(values) for name, values in eval_times.items()}
     for name, run in runs.items():
         seconds = statistics.median(times[name])
         label = f"{tag} train {layout_label(name, layouts[name], cfg)}"
         report(label, batch, positions, seconds, 3 * fwd, peak, *run["figures"])
-    eval_figures = (eval_compile_s, peak_bytes(eval_compiled.memory_analysis()))
-    report(f"{tag} eval N'={eval_rows.shape[2]}", batch, positions, eval_s, fwd, peak, *eval_figures)
+    for name, (compiled, _, compile_s) in evals.items():
+        figures = (compile_s, peak_bytes(compiled.memory_analysis()))
+        report(
+            f"{tag} eval {layout_label(name, layouts[name], cfg)}", batch, positions, eval_s[name], fwd, peak, *figures
+        )
     if torch_rates:
         torch_median = statistics.median(torch_rates)
         ratios = {name: batch / statistics.median(times[name]) / torch_median for name in runs}
@@ -232,6 +254,14 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
             f"{tag:<36} torch {torch_median:9.1f} windows/s (median of {len(torch_rates)}); rank4jax / torch = "
             f"{ratios[fastest]:.2f} as trained ({fastest}, the fastest layout); compact {ratios['compact']:.2f}, "
             f"trimmed {ratios['trimmed']:.2f}, full width {ratios['full']:.2f}"
+        )
+    if torch_forward_rates:
+        forward_median = statistics.median(torch_forward_rates)
+        ratios = {name: batch / seconds / forward_median for name, seconds in eval_s.items()}
+        print(
+            f"{tag:<36} torch forward {forward_median:9.1f} windows/s (eval mode, median of "
+            f"{len(torch_forward_rates)}); rank4jax eval step / torch forward = "
+            + ", ".join(f"{ratio:.2f} ({name})" for name, ratio in ratios.items())
         )
 
 

@@ -7,6 +7,9 @@ both frameworks can be timed on the same real sentences.
 ``--device cuda`` moves the peer's model and windows to the GPU (its step syncs every step through
 ``loss.item()``); PyTorch's float32 matmuls there are full float32 unless TF32 is switched on.
 
+``--forward`` times the eval-mode forward and loss under ``torch.no_grad()`` instead (what the
+rank4jax eval step computes).
+
 prints one line: torch_windows_per_s=<float>
 """
 
@@ -26,6 +29,7 @@ def main():
     for k, v in dict(dx=16, dt=8, H=2, L=2, V=4000, steps=20, warmup=3).items():
         ap.add_argument(f"--{k}", type=int, default=v)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--forward", action="store_true", help="time the eval-mode forward and loss instead")
     a = ap.parse_args()
     spec = importlib.util.spec_from_file_location("torch_rank4", a.peer)
     peer = importlib.util.module_from_spec(spec)
@@ -45,11 +49,20 @@ def main():
         opt.step()
         return loss.item()
 
+    def forward():  # the eval step's counterpart: the eval-mode loss, no gradient
+        with torch.no_grad():
+            logits = m(win[:, :-1])
+            tgt = win[:, 1:].transpose(1, 2)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0).item()
+
+    run = forward if a.forward else step
+    if a.forward:
+        m.eval()
     for _ in range(a.warmup):
-        step()
+        run()
     t0 = time.perf_counter()
     for _ in range(a.steps):
-        step()
+        run()
     print(f"torch_windows_per_s={batch * a.steps / (time.perf_counter() - t0):.2f}")
 
 
