@@ -246,21 +246,26 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
         report(
             f"{tag} eval {layout_label(name, layouts[name], cfg)}", batch, positions, eval_s[name], fwd, peak, *figures
         )
+    print_ratios(tag, batch, times, eval_s, torch_rates, torch_forward_rates)
+
+
+def print_ratios(tag: str, batch: int, times: dict, eval_s: dict, torch_rates: list, forward_rates: list) -> None:
+    """rank4jax / torch of the train step (the fastest layout: what training keeps) and of the eval step."""
     if torch_rates:
         torch_median = statistics.median(torch_rates)
-        ratios = {name: batch / statistics.median(times[name]) / torch_median for name in runs}
+        ratios = {name: batch / statistics.median(times[name]) / torch_median for name in times}
         fastest = max(ratios, key=ratios.get)  # what batch_layout="auto" keeps (training.layout_choice)
         print(
             f"{tag:<36} torch {torch_median:9.1f} windows/s (median of {len(torch_rates)}); rank4jax / torch = "
             f"{ratios[fastest]:.2f} as trained ({fastest}, the fastest layout); compact {ratios['compact']:.2f}, "
             f"trimmed {ratios['trimmed']:.2f}, full width {ratios['full']:.2f}"
         )
-    if torch_forward_rates:
-        forward_median = statistics.median(torch_forward_rates)
+    if forward_rates:
+        forward_median = statistics.median(forward_rates)
         ratios = {name: batch / seconds / forward_median for name, seconds in eval_s.items()}
         print(
             f"{tag:<36} torch forward {forward_median:9.1f} windows/s (eval mode, median of "
-            f"{len(torch_forward_rates)}); rank4jax eval step / torch forward = "
+            f"{len(forward_rates)}); rank4jax eval step / torch forward = "
             + ", ".join(f"{ratio:.2f} ({name})" for name, ratio in ratios.items())
         )
 

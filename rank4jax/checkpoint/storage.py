@@ -92,7 +92,8 @@ def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseE
     partial = glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*"))  # saves that failed (none is running)
     steps = {int(found.group(1)) if found else step} | {int(os.path.basename(p).split(".")[0]) for p in partial}
     failed = min(s for s in steps if s is not None) if steps - {None} else None  # the first save that failed
-    _remove_partial_saves(directory)
+    if jax.process_index() == 0:  # the processes share the directory
+        _remove_partial_saves(directory)
     warnings.filterwarnings("ignore", message="coroutine .* was never awaited")  # the failed save's, at exit
     intact = sorted(int(n) for n in _listdir(directory) if n.isdigit() and int(n) != failed)
     kept = (
@@ -217,9 +218,10 @@ class RunCheckpoints:
     def add_metric(self, step: int, metrics: dict) -> None:
         """Give a saved checkpoint the metrics it was saved without, through the handler the manager
         reads them with (a checkpoint's ``metrics`` item), then reread the checkpoints."""
-        directory = epath.Path(self.step_dir(step)) / METRICS_ITEM
-        directory.mkdir(exist_ok=True)
-        ocp.JsonCheckpointHandler(filename=METRICS_ITEM).save(directory, args=ocp.args.JsonSave(metrics))
+        if jax.process_index() == 0:  # the processes share the directory
+            directory = epath.Path(self.step_dir(step)) / METRICS_ITEM
+            directory.mkdir(exist_ok=True)
+            ocp.JsonCheckpointHandler(filename=METRICS_ITEM).save(directory, args=ocp.args.JsonSave(metrics))
         self.manager.reload()
 
     def best_metric(self) -> tuple[int, float] | None:
