@@ -1,17 +1,21 @@
 """The batch layout chosen by measurement at start-up (issue 28): timed, logged, saved with the
 checkpoints and kept on resume; named or ruled layouts are not measured."""
 
-import json
+import contextlib
+import dataclasses
 
+import numpy as np
 import pytest
 
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.errors import ConfigError
+from rank4jax.evaluation.report import restore_for_evaluation
 from rank4jax.models.family import RANK4
 from rank4jax.training import layout_choice
 from rank4jax.training.batches import batch_layout, candidate_layouts
 from rank4jax.training.loop import train
 from rank4jax.training.run_config import validate
+from rank4jax.training.setup import prepare_run
 from tests.helpers import tiny_config
 
 
@@ -52,23 +56,42 @@ def test_auto_times_every_candidate_keeps_the_fastest_and_a_resume_keeps_it(tmp_
     config.num_steps = 6
     assert train(config, str(tmp_path))["batch_layout"] == "trimmed"
     assert measured == [["compact", "full", "trimmed"]]  # not measured again
-    with open(tmp_path / "eval_layout.json", "w") as f:  # evaluation keeps it too
-        from rank4jax.evaluation.report import restore_for_evaluation
-
-        json.dump(restore_for_evaluation(str(tmp_path))[2].layout.name, f)
-    assert json.loads((tmp_path / "eval_layout.json").read_text()) == "trimmed"
+    assert restore_for_evaluation(str(tmp_path))[2].layout.name == "trimmed"  # evaluation keeps it too
 
 
 def test_the_timing_runs_each_layout_on_the_same_batches(tmp_path):
-    """The real measurement on a tiny model: a median time per candidate, every one positive."""
-    import contextlib
+    """The real measurement on a tiny model: every candidate is given the same BATCHES batches of
+    the run's training windows, runs them once to compile and ROUNDS times timed (candidates
+    interleaved, the throwaway state donated from step to step), and gets a positive median."""
+    with contextlib.ExitStack() as stack:  # the run's lock and checkpoint manager, released at the end
+        _time_layouts_recorded(prepare_run(tiny_config(), str(tmp_path), stack))
 
-    from rank4jax.training.setup import prepare_run
 
-    config = tiny_config(batch_layout="auto")
-    with contextlib.ExitStack() as stack:
-        run = prepare_run(config, str(tmp_path), stack)
-        groups = run.programs.mesh.shape["data"]
-        layouts = {name: batch_layout(config, run.family, run.model_cfg, groups, name) for name in ("compact", "full")}
-        seconds = layout_choice.time_layouts(layouts, run.programs, run.data.windows["train"].windows, 8, 0)
+def _time_layouts_recorded(run):
+    train_windows = run.data.windows["train"].windows
+    given, steps = {}, []
+
+    def recording(name):
+        layout = batch_layout(run.config, run.family, run.model_cfg, run.programs.mesh.shape["data"], name)
+
+        def record(windows):
+            given.setdefault(name, []).append(windows)
+            return layout(windows)
+
+        return record
+
+    def counted_step(state, batch):
+        steps.append(int(state.step))
+        return run.programs.train_step(state, batch)
+
+    programs = dataclasses.replace(run.programs, train_step=counted_step)
+    layouts = {name: recording(name) for name in ("compact", "full")}
+    seconds = layout_choice.time_layouts(layouts, programs, train_windows, 8, 0)
     assert sorted(seconds) == ["compact", "full"] and all(s > 0 for s in seconds.values())
+    batches = layout_choice.BATCHES
+    assert [len(given[name]) for name in ("compact", "full")] == [batches, batches]  # laid out once each
+    for a, b in zip(given["compact"], given["full"], strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.shape == (8,) + train_windows.shape[1:] and all(any((w == t).all() for t in train_windows) for w in a)
+    calls = 2 * batches * (layout_choice.ROUNDS + 1)
+    assert steps == list(range(calls))  # one state carried through every call

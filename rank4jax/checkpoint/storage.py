@@ -90,8 +90,8 @@ def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseE
     found = _STEP_IN_PATH.search(text)
     directory = checkpoint_dir(workdir)
     partial = glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*"))  # saves that failed (none is running)
-    steps = {int(found.group(1)) if found else step} | {int(os.path.basename(p).split(".")[0]) for p in partial}
-    failed = min(s for s in steps if s is not None) if steps - {None} else None  # the first save that failed
+    steps = [int(found.group(1)) if found else step, *(int(os.path.basename(p).split(".")[0]) for p in partial)]
+    failed = min((s for s in steps if s is not None), default=None)  # the first save that failed
     if jax.process_index() == 0:  # the processes share the directory
         _remove_partial_saves(directory)
     warnings.filterwarnings("ignore", message="coroutine .* was never awaited")  # the failed save's, at exit

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from rank4jax.data.windows import cloze_windows
-from rank4jax.evaluation.evaluators import batched, ending_priors, lent_context_scores, other_contexts
+from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
 from rank4jax.evaluation.report import restore_for_evaluation
 from rank4jax.training.data_setup import prepare_split
 
@@ -33,9 +33,8 @@ def context_spread(
     run, params, evaluators = restore_for_evaluation(workdir, step)
     stories = prepare_split(run.config, run.tokenizer, "all", path=cloze_data)[0]
     pairs, labels = cloze_windows(stories, run.tokenizer, run.model_cfg.n_tokens, run.model_cfg.n_slices)
-    score, batch = evaluators.programs.score, evaluators.batch_size
-    w, shape = len(pairs), pairs.shape[2:]
-    ce = batched(score, params, pairs.reshape((2 * w,) + shape), batch).reshape(w, 2)
+    score, batch, w = evaluators.programs.score, evaluators.batch_size, len(pairs)
+    ce = cloze_scores(score, params, pairs, batch, n_contexts=0)["mean_ce"]  # (W, 2) after their own story
     other = lent_context_scores(score, params, pairs, other_contexts(w, pool, seed), batch)  # (P, W, 2)
     pool = len(other)
     rng = np.random.default_rng(seed + 1)
