@@ -635,6 +635,17 @@ def test_a_failed_saves_partial_directory_is_removed_at_the_next_start(tiny_run_
     assert sorted(os.listdir(tiny_run_copy / "checkpoints")) == ["4", "6"]
 
 
+def test_opening_the_checkpoints_removes_partial_directories_before_it_returns(tmp_path):
+    """orbax's clean-up runs in a thread it does not join on close: a refused run that then removed
+    its empty checkpoints/ raced it (a traceback from that thread). Opening now waits for it."""
+    partial = tmp_path / "checkpoints" / "8.orbax-checkpoint-tmp"
+    (partial / "state").mkdir(parents=True)
+    ckpt = storage.RunCheckpoints(str(tmp_path))
+    assert os.listdir(tmp_path / "checkpoints") == []
+    (tmp_path / "checkpoints").rmdir()  # what a refused run's undo does, before the manager closes
+    ckpt.close()
+
+
 def test_a_finished_run_whose_last_checkpoint_has_no_loss_validates_it_on_rerun(tiny_run, tiny_run_copy, capsys):
     """Checkpoint 6 saved without its loss (as an older version did at a signal during the last
     validation): the rerun trains nothing, validates 6, adds its loss, and 6 is best again."""

@@ -178,6 +178,12 @@ class RunCheckpoints:
         self.workdir = workdir
         self.saving = None  # the step of the latest save requested (asynchronous)
         self.manager = _Manager(directory, options=options, item_handlers=handlers)
+        # orbax lists and cleans the partial directories in a background thread it does not join on
+        # close: wait for it now, so nothing (a damaged step set aside, a refused run's empty
+        # checkpoints/ removed) moves the directory under it
+        cleanup = getattr(self.manager, "_maybe_await_cleanup_tmp_directory", None)
+        if cleanup is not None:
+            cleanup()
 
     def __enter__(self):
         return self
