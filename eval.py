@@ -42,6 +42,9 @@ _STEP = flags.DEFINE_string("step", "best", "Checkpoint: 'best' (lowest validati
 _DATA = flags.DEFINE_string("data", None, "Evaluate on this file's split instead of the run's data.")
 _EXAMPLES = flags.DEFINE_integer("examples", 5, "Decoded predictions to show.")
 _ROLLOUT = flags.DEFINE_integer("rollout_steps", 3, "Rollout length (SPEC §8); 0 skips the rollout.")
+_DTYPE = flags.DEFINE_string(
+    "compute_dtype", None, "float32 or bfloat16 in place of the run's own compute dtype (config.compute_dtype)."
+)
 _CONTEXTS = flags.DEFINE_integer(
     "cloze_contexts", 8, "K: other stories' contexts estimating an ending's prior (PMI and ending-only rules)."
 )
@@ -62,6 +65,7 @@ def main(argv):
             _EXAMPLES.value,
             _ROLLOUT.value,
             _CONTEXTS.value,
+            _DTYPE.value,
         )
     signal.signal(signal.SIGINT, _stop_after_the_report)  # from here on the report is written (or its error said)
     signal.signal(signal.SIGTERM, _stop_after_the_report)

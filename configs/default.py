@@ -64,6 +64,15 @@ def get_config() -> ml_collections.ConfigDict:
     c.mesh.model = 1  # devices along the head / MLP-width axis
 
     c.batch_size = 32
+    # Each train step's batch as this many microbatches of batch_size / grad_accum_steps windows,
+    # their gradients added in a lax.scan: the same update, one microbatch's activations alive.
+    c.grad_accum_steps = 1
+    # The dtype matmuls and activations compute in: float32 or bfloat16 (parameters, optimiser state,
+    # softmax and LayerNorm statistics, losses and checkpoints stay float32; rank4jax.models.precision).
+    c.compute_dtype = "float32"
+    # A jax.profiler trace of these train steps ("first:last", e.g. "20:25"; "" = off) under
+    # <workdir>/profile/, for TensorBoard's profile plugin or Perfetto.
+    c.profile_steps = ""
     # Cut each training batch's trailing all-PAD token columns to a multiple of this (0 = never):
     # exact for the rank-4 loss, fewer positions to compute, at most ⌈N / multiple⌉ compiled shapes.
     c.trim_padding_multiple = 4

@@ -26,12 +26,13 @@ from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
+from rank4jax.models.precision import check_compute_dtype
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
 from rank4jax.training.data_setup import prepare_split
-from rank4jax.training.programs import build_programs, optim_key
+from rank4jax.training.programs import StepPolicy, build_programs, optim_key
 
 EVAL_SPLITS = SPLITS + ("all",)
 _SENTENCE_FINAL = re.compile(r"[.!?]")
@@ -58,17 +59,21 @@ def evaluate_run(
     num_examples: int = 5,
     rollout_steps: int = 3,
     cloze_contexts: int = CLOZE_CONTEXTS,
+    compute_dtype: str | None = None,
 ) -> dict:
     """Evaluate checkpoint ``step`` of the run in ``workdir`` on ``split`` (of ``data_path`` when
     given) and write the report; returns it. ``cloze_contexts``: K, the other stories' contexts that
-    estimate an ending's prior for the PMI and ending-only Story Cloze rules."""
+    estimate an ending's prior for the PMI and ending-only Story Cloze rules; ``compute_dtype``: in
+    place of the run's own."""
     if split not in EVAL_SPLITS:
         raise ConfigError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
     _check_count("rollout_steps", rollout_steps)
     _check_count("examples", num_examples)
     _check_count("cloze_contexts", cloze_contexts)
+    if compute_dtype is not None:
+        check_compute_dtype(compute_dtype)
     clock = time.perf_counter()
-    run, params, evaluators = restore_for_evaluation(workdir, step)
+    run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)
     stories, window_set, source = prepare_split(run.config, run.tokenizer, split, path=data_path)
     timings = {"load": time.perf_counter() - clock}
     report = {
@@ -99,10 +104,11 @@ def eval_mesh(eval_batch_size: int) -> jax.sharding.Mesh:
     return sharding.make_mesh(max(d for d in range(1, jax.device_count() + 1) if eval_batch_size % d == 0), 1)
 
 
-def restore_for_evaluation(workdir: str, step: str | int = "best"):
+def restore_for_evaluation(workdir: str, step: str | int = "best", compute_dtype: str | None = None):
     """(SavedRun, parameters, Evaluators) of a checkpoint, on an evaluation mesh: data parallel over as
-    many devices as divide the eval batch (independent of the training mesh). A damaged checkpoint,
-    or one a running training deletes meanwhile, falls back to another."""
+    many devices as divide the eval batch (independent of the training mesh), computing in the run's
+    ``compute_dtype`` unless one is given. A damaged checkpoint, or one a running training deletes
+    meanwhile, falls back to another."""
 
     def place(run):
         params = run.abstract_state.params
@@ -111,7 +117,8 @@ def restore_for_evaluation(workdir: str, step: str | int = "best"):
     with RunCheckpoints(workdir, read_only=True) as ckpt:
         run, params = restore_run(ckpt, step, place)
     mesh = eval_mesh(run.config.eval_batch_size)
-    programs = build_programs(run.family, run.model_cfg, optim_key(run.config.optim), mesh)
+    policy = StepPolicy.of(run.config) if compute_dtype is None else StepPolicy(compute_dtype)
+    programs = build_programs(run.family, run.model_cfg, optim_key(run.config.optim), mesh, policy)
     layout = batch_layout(run.config, run.family, run.model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
     return run, params, Evaluators(programs, run.config.eval_batch_size, layout)
 

@@ -1,7 +1,10 @@
 """Building blocks shared by every model family: sinusoid tables, LayerNorm, dropout, GELU MLP,
 the one masked softmax.
 
-All functions are pure and follow the dtype of their inputs/parameters.
+All functions are pure and follow the dtype of their inputs/parameters (the compute dtype: a run
+in bfloat16 hands the model bfloat16 parameters, ``rank4jax.models.precision``), except where
+precision matters most: the softmax's max and sum, LayerNorm's statistics and the readout's logits
+are taken in at least float32 (:func:`at_least_f32`; float64 stays float64).
 
 Axes: D model width (a flattened fiber), F = 4·D MLP hidden width.
 """
@@ -21,11 +24,24 @@ def count_params(init_fn, cfg) -> int:
     return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
 
 
+def at_least_f32(x: jax.Array) -> jax.Array:
+    """``x`` in float32 when its dtype is narrower (bfloat16), else unchanged."""
+    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
+def wide_dtype(x: jax.Array):
+    """The dtype :func:`at_least_f32` gives ``x``: a matmul's ``preferred_element_type`` for logits."""
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
     """The joint softmax of every attention in the project, over the last axis (the keys): masked
-    keys get the dtype's finite minimum score, so they have zero weight unless every key of the
-    query is masked (its weights are then uniform, never NaN). ``mask`` broadcasts to ``scores``."""
-    return jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(scores.dtype).min), axis=-1)
+    keys get the float32 (or wider) minimum score, so they have zero weight unless every key of the
+    query is masked (its weights are then uniform, never NaN). ``mask`` broadcasts to ``scores``.
+    Max and sum are taken in at least float32; the weights come back in the scores' dtype."""
+    wide = at_least_f32(scores)
+    weights = jax.nn.softmax(jnp.where(mask, wide, jnp.finfo(wide.dtype).min), axis=-1)
+    return weights.astype(scores.dtype)
 
 
 def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:
@@ -44,12 +60,14 @@ def sinusoid_table(n_positions: int, dim: int) -> np.ndarray:
 
 
 def normalize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(x̂, rstd) over the last axis: x̂ = (x − mean) · rstd, rstd = 1/sqrt(var + ε)."""
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    centred = x - mean
+    """(x̂, rstd) over the last axis: x̂ = (x − mean) · rstd, rstd = 1/sqrt(var + ε). The statistics
+    are taken in at least float32; x̂ comes back in x's dtype, rstd stays wide."""
+    wide = at_least_f32(x)
+    mean = jnp.mean(wide, axis=-1, keepdims=True)
+    centred = wide - mean
     var = jnp.mean(jnp.square(centred), axis=-1, keepdims=True)
     rstd = jax.lax.rsqrt(var + LN_EPSILON)
-    return centred * rstd, rstd
+    return (centred * rstd).astype(x.dtype), rstd
 
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
@@ -59,19 +77,44 @@ def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None, train: bool) -> jax.Array:
-    """Inverted dropout; identity when not training or when ``rate`` is 0."""
+    """Inverted dropout of x (W, ...), one window per leading index; identity when not training or
+    when ``rate`` is 0. ``rng``: a key, or one key per window (:func:`window_keys`)."""
     if not train or rate == 0.0:
         return x
     if rng is None:
         raise ValueError("dropout in train mode needs an rng key")
-    return apply_keep_mask(x, keep_mask(rng, x.shape, rate), rate)
+    return apply_keep_mask(x, keep_mask(window_keys(rng, x.shape[0]), x.shape, rate), rate)
 
 
-def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
-    """The bool keep mask of :func:`dropout` for an input of ``shape``."""
+def window_keys(rng: jax.Array | None, n_windows: int) -> jax.Array | None:
+    """One dropout key per window, fold_in(rng, w) for w < ``n_windows``; a (W,) key array (keys
+    already per window) passes through. Every family draws a window's dropout from its own key, so
+    a window gets the same masks whichever batch or microbatch it is in (gradient accumulation)."""
+    if rng is None or rng.ndim == 1:
+        return rng
+    return jax.vmap(jax.random.fold_in, (None, 0))(rng, jnp.arange(n_windows))
+
+
+def fold_in_keys(keys: jax.Array | None, data: int) -> jax.Array | None:
+    """fold_in of each window's key (a layer's or a decode step's keys)."""
+    return None if keys is None else jax.vmap(jax.random.fold_in, (0, None))(keys, data)
+
+
+def split_keys(keys: jax.Array | None) -> tuple:
+    """Each window's key split in two: two (W,) key arrays (two Nones for None)."""
+    if keys is None:
+        return None, None
+    first, second = jnp.swapaxes(jax.vmap(jax.random.split)(keys), 0, 1)
+    return first, second
+
+
+def keep_mask(keys: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array:
+    """The bool keep mask of :func:`dropout` for an input of ``shape`` (W, ...), window w's part
+    drawn from ``keys[w]``."""
     # 16 random bits per element instead of bernoulli's float draw: about 3x cheaper on CPU. The keep
     # probability is threshold / 2**16 (within 1e-5 of 1 - rate) and the scale matches it exactly.
-    return jax.random.bits(rng, shape, jnp.uint16) < _keep_threshold(rate)
+    bits = jax.vmap(lambda key: jax.random.bits(key, shape[1:], jnp.uint16))(keys)
+    return bits < _keep_threshold(rate)
 
 
 def apply_keep_mask(x: jax.Array, keep: jax.Array, rate: float) -> jax.Array:

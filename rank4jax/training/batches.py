@@ -13,9 +13,10 @@ only a single-process run trims or compacts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -66,3 +67,26 @@ def batch_layout(
     n_tokens = model_cfg.n_tokens
     layout.max_shapes = compact * (compact + 1) // 2 if compact else -(-n_tokens // trim) if trim else 1
     return layout
+
+
+def n_windows(batch) -> int:
+    """The windows of a step's batch: B of full or trimmed windows, G·W of a compact batch."""
+    if isinstance(batch, Mapping):
+        return batch["grid"].shape[0] * batch["grid"].shape[1]
+    return batch.shape[0]
+
+
+def microbatches(tree, k: int, groups: int):
+    """Split a batch (and anything aligned with its windows) into ``k`` microbatches, stacked on a
+    new leading axis: every leaf (L, ...) → (k, L/k, ...). The leading axis is sharded over ``groups``
+    devices; microbatch j takes the j-th k-th of each device's part, so no window changes device.
+    A (W,) leaf with W a multiple of L (one entry per window of a compact batch) is split likewise."""
+    lead = jax.tree.leaves(tree)[0].shape[0]
+
+    def split(x):
+        rest = x.shape[1:] if x.shape[0] == lead else (x.shape[0] // lead,) + x.shape[1:]
+        parts = jnp.swapaxes(x.reshape((groups, k, -1) + rest), 0, 1)
+        merged = parts.reshape((k, -1) + rest)
+        return merged if x.shape[0] == lead else merged.reshape((k, -1) + x.shape[1:])
+
+    return jax.tree.map(split, tree)

@@ -1,6 +1,8 @@
 """The jitted programs of a run — the one place the project wraps a function in ``jax.jit``.
 
-``train_step(state, batch) -> (state, metrics)`` is pure: dropout keys come from fold_in(rng, step);
+``train_step(state, batch) -> (state, metrics)`` is pure: dropout keys come from fold_in(rng, step),
+one per window (fold_in of the window's index), so a window's masks do not depend on the batch it
+is in; the ``StepPolicy`` sets the compute dtype and the gradient accumulation (``gradients``);
 the metrics (loss, last-slice sums, the L2 norms of parameters, gradients and updates) stay on the
 device (the loop fetches them every ``log_every`` steps, never every step). ``eval_step(params,
 batch)`` returns the loss sums; ``predict_and_score`` and ``score`` serve the Story Cloze and
@@ -23,21 +25,35 @@ import dataclasses
 import functools
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
 from rank4jax.errors import RecompilationError
+from rank4jax.models.common import window_keys
 from rank4jax.models.family import ModelFamily
+from rank4jax.models.precision import cast_to_compute
 from rank4jax.training import sharding
+from rank4jax.training.batches import microbatches, n_windows
 from rank4jax.training.state import TrainState, create_train_state, make_optimizer
 
 
-def train_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, optimizer):
-    def loss_fn(params):
-        sums = family.loss_sums(params, batch, model_cfg, train=True, rng=state.dropout_key())
-        return sums["objective"], sums
+@dataclasses.dataclass(frozen=True)
+class StepPolicy:
+    """How a step computes: the compute dtype (``rank4jax.models.precision``) and the number of
+    microbatches a train step's batch is split into (gradient accumulation)."""
 
-    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    compute_dtype: str = "float32"
+    grad_accum_steps: int = 1
+
+    @classmethod
+    def of(cls, config: ml_collections.ConfigDict) -> StepPolicy:
+        return cls(config.get("compute_dtype", "float32"), config.get("grad_accum_steps", 1))
+
+
+def train_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, optimizer, policy: StepPolicy, groups: int):
+    keys = window_keys(state.dropout_key(), n_windows(batch))  # a window's dropout, whichever microbatch
+    loss, sums, grads = gradients(state.params, batch, keys, family, model_cfg, policy, groups)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {
@@ -51,10 +67,53 @@ def train_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, opti
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def eval_step(params, batch, *, family: ModelFamily, model_cfg) -> dict:
-    sums = family.loss_sums(params, batch, model_cfg, train=False)
+def gradients(params, batch, keys, family: ModelFamily, model_cfg, policy: StepPolicy, groups: int):
+    """(objective, loss sums, gradient) of a training batch, in ``policy``'s compute dtype.
+
+    With ``grad_accum_steps`` = k > 1 the batch is split into k microbatches (``batches.microbatches``:
+    each device keeps its own windows) and a ``lax.scan`` adds their gradients, so only one
+    microbatch's activations are alive at a time. The selection CE is a mean over the batch's
+    tokens, so each microbatch's objective is weighted by its token count and the sum divided by the
+    batch's: the same update as the whole batch (a family's auxiliary term is then token-weighted
+    over the microbatches; the paper's model and the baseline have none)."""
+
+    def objective(p, micro, micro_keys):
+        sums = family.loss_sums(cast_to_compute(p, policy.compute_dtype), micro, model_cfg, train=True, rng=micro_keys)
+        return sums["objective"], sums
+
+    k = policy.grad_accum_steps
+    if k == 1:
+        (loss, sums), grads = jax.value_and_grad(objective, has_aux=True)(params, batch, keys)
+        return loss, sums, grads
+
+    def weighted(p, micro, micro_keys):
+        loss, sums = objective(p, micro, micro_keys)
+        return loss * jax.lax.stop_gradient(sums["window_tokens"]), sums
+
+    def terms(p, micro):
+        (value, sums), grads = jax.value_and_grad(weighted, has_aux=True)(p, *micro)
+        return value, sums, grads
+
+    def add(total, micro):
+        return jax.tree.map(jnp.add, total, terms(params, micro)), None
+
+    micro = microbatches((batch, keys), k, groups)
+    shapes = jax.eval_shape(terms, params, jax.tree.map(lambda x: x[0], micro))
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+    (value, sums, grads), _ = jax.lax.scan(add, zeros, micro)
+    tokens = jnp.maximum(sums["window_tokens"], 1)
+    return value / tokens, sums, jax.tree.map(lambda g: g / tokens, grads)
+
+
+def eval_step(params, batch, *, family: ModelFamily, model_cfg, compute_dtype: str = "float32") -> dict:
+    sums = family.loss_sums(cast_to_compute(params, compute_dtype), batch, model_cfg, train=False)
     sums.pop("objective")
     return sums
+
+
+def _cast_first(fn, compute_dtype: str):
+    """``fn(params, ...)`` with the parameters in the compute dtype."""
+    return lambda params, *args: fn(cast_to_compute(params, compute_dtype), *args)
 
 
 def optim_key(optim: ml_collections.ConfigDict) -> tuple:
@@ -74,17 +133,21 @@ class Programs:
     eval_step: object  # (params, batch) → loss sums
     predict_and_score: object  # (params, windows) → (Ŝ(T) (B, N), mean CE of S(T) (B,))
     score: object  # (params, windows) → mean CE of S(T) (B,)
+    policy: StepPolicy = StepPolicy()
 
 
 @functools.lru_cache(maxsize=8)
-def build_programs(family: ModelFamily, model_cfg, optim: tuple, mesh: jax.sharding.Mesh) -> Programs:
-    """``optim``: ``optim_key(config.optim)``."""
+def build_programs(
+    family: ModelFamily, model_cfg, optim: tuple, mesh: jax.sharding.Mesh, policy: StepPolicy = StepPolicy()
+) -> Programs:
+    """``optim``: ``optim_key(config.optim)``; ``policy``: ``StepPolicy.of(config)``."""
     optimizer = make_optimizer(ml_collections.ConfigDict(dict(optim)))
     init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
     abstract = jax.eval_shape(init_fn, jax.random.key(0))  # the key's value never changes a shape
     state_sharding = sharding.state_shardings(mesh, abstract)
     replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
     on_batches = dict(in_shardings=(state_sharding.params, batch_sharding), out_shardings=replicated)
+    dtype = policy.compute_dtype
     return Programs(
         mesh=mesh,
         optimizer=optimizer,
@@ -93,14 +156,26 @@ def build_programs(family: ModelFamily, model_cfg, optim: tuple, mesh: jax.shard
         batch_sharding=batch_sharding,
         init=jax.jit(init_fn, out_shardings=state_sharding),
         train_step=jax.jit(
-            functools.partial(train_step, family=family, model_cfg=model_cfg, optimizer=optimizer),
+            functools.partial(
+                train_step,
+                family=family,
+                model_cfg=model_cfg,
+                optimizer=optimizer,
+                policy=policy,
+                groups=mesh.shape[sharding.DATA_AXIS],
+            ),
             in_shardings=(state_sharding, batch_sharding),
             out_shardings=(state_sharding, replicated),
             donate_argnums=0,
         ),
-        eval_step=jax.jit(functools.partial(eval_step, family=family, model_cfg=model_cfg), **on_batches),
-        predict_and_score=jax.jit(functools.partial(family.predict_and_score, cfg=model_cfg), **on_batches),
-        score=jax.jit(functools.partial(family.last_slice_ce, cfg=model_cfg), **on_batches),
+        eval_step=jax.jit(
+            functools.partial(eval_step, family=family, model_cfg=model_cfg, compute_dtype=dtype), **on_batches
+        ),
+        predict_and_score=jax.jit(
+            _cast_first(functools.partial(family.predict_and_score, cfg=model_cfg), dtype), **on_batches
+        ),
+        score=jax.jit(_cast_first(functools.partial(family.last_slice_ce, cfg=model_cfg), dtype), **on_batches),
+        policy=policy,
     )
 
 

@@ -13,6 +13,7 @@ import ml_collections
 
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import get_family
+from rank4jax.models.precision import check_compute_dtype
 from rank4jax.models.sizes import check_dropout, check_positive_int
 from rank4jax.training.batches import SETTINGS
 from rank4jax.training.sharding import mesh_shape
@@ -43,6 +44,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
         value = config.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be a non-negative integer (0 = off), got {value!r}")
+    check_positive_int("grad_accum_steps", config.get("grad_accum_steps", 1))
+    if config.batch_size % config.get("grad_accum_steps", 1):
+        raise ConfigError(
+            f"batch_size ({config.batch_size}) must be a multiple of grad_accum_steps ({config.grad_accum_steps})"
+        )
+    check_compute_dtype(config.get("compute_dtype", "float32"))
+    profile_range(config.get("profile_steps", ""))
     if config.get("batch_layout", "rule") not in SETTINGS:
         raise ConfigError(f"batch_layout must be one of {', '.join(SETTINGS)}, got {config.batch_layout!r}")
     if config.checkpoint_every % config.eval_every:
@@ -78,6 +86,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"tokenizer.build_on must be 'train' or 'all', got {tok.build_on!r}")
     check_positive_int("tokenizer.min_count", tok.min_count)
     check_positive_int("tokenizer.vocab_size", tok.vocab_size)
+
+
+def profile_range(value: str) -> tuple[int, int] | None:
+    """``profile_steps`` ("first:last", steps counted from 1, both traced) → (first, last); "" → None."""
+    if not value:
+        return None
+    try:
+        first, last = (int(part) for part in str(value).split(":"))
+    except ValueError:
+        first = last = 0
+    if not 1 <= first <= last:
+        raise ConfigError(f"profile_steps must be 'first:last' with 1 <= first <= last (e.g. '20:25'), got {value!r}")
+    return first, last
 
 
 def model_section(family_name: str, base=None, **values) -> ml_collections.ConfigDict:

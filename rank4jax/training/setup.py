@@ -22,9 +22,10 @@ from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.models.family import ModelFamily, get_family
 from rank4jax.training import sharding
+from rank4jax.training.batches import batch_layout
 from rank4jax.training.data_setup import RunData, prepare_data, validation_windows
 from rank4jax.training.layout_choice import choose_layout
-from rank4jax.training.programs import Programs, build_programs, optim_key
+from rank4jax.training.programs import Programs, StepPolicy, build_programs, optim_key
 from rank4jax.training.run_config import FINGERPRINT_KEY, data_fingerprint, identity_differences, to_json_dict
 from rank4jax.training.state import TrainState, abstract_train_state, carry_optimizer_state
 from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
@@ -72,21 +73,25 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     val_windows = validation_windows(data)  # refuse a run with nothing to validate on before any work
     model_cfg = family.make_config(config.model, data.tokenizer.vocab_size)
     mesh = sharding.make_mesh(config.mesh.data, config.mesh.model)
+    policy = StepPolicy.of(config)
+    accum = policy.grad_accum_steps  # each microbatch splits over the data axis too
     sharding.check_divisibility(
         mesh,
-        batch_sizes={"batch_size": config.batch_size, "eval_batch_size": config.eval_batch_size},
+        batch_sizes={"batch_size": config.batch_size // accum, "eval_batch_size": config.eval_batch_size},
         n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
         hidden=4 * config.model.dx * config.model.dt,
     )
-    programs = build_programs(family, model_cfg, optim_key(config.optim), mesh)
+    programs = build_programs(family, model_cfg, optim_key(config.optim), mesh, policy)
     n_params = family.count_params(model_cfg)
     sharding.check_state_fits(programs.abstract, programs.state_sharding, n_params)  # before allocating
-    groups = mesh.shape[sharding.DATA_AXIS]
-    layout, timings = choose_layout(config, family, model_cfg, programs, data.windows["train"].windows, groups, saved)
+    groups = mesh.shape[sharding.DATA_AXIS]  # a compact training batch: a group per device and microbatch
+    train_windows = data.windows["train"].windows
+    layout, timings = choose_layout(config, family, model_cfg, programs, train_windows, groups * accum, saved)
     if timings and jax.process_index() == 0:
         figures = ", ".join(f"{name} {1e3 * s:.1f}" for name, s in sorted(timings.items(), key=lambda kv: kv[1]))
         say(f"rank4jax: batch layout {layout.name}, the fastest measured (ms per train step: {figures})")
-    evaluators = Evaluators(programs, config.eval_batch_size, layout)
+    eval_layout = batch_layout(config, family, model_cfg, groups, layout.name)
+    evaluators = Evaluators(programs, config.eval_batch_size, eval_layout)
     saved_config = to_json_dict(config) | {"batch_layout": layout.name, FINGERPRINT_KEY: fingerprint}
     return Run(
         config,

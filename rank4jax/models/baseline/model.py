@@ -38,6 +38,7 @@ from rank4jax.models.common import (
     masked_softmax,
     sinusoid_table,
     uniform_fan_in,
+    wide_dtype,
 )
 from rank4jax.models.scores import init_layer_params, layer_params
 from rank4jax.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -84,7 +85,7 @@ def pack(windows: jax.Array, cfg: BaselineConfig) -> dict:
 
 def _embed(params, tokens, positions, cfg):
     table = jnp.asarray(sinusoid_table(cfg.context_slots + cfg.target_slots, cfg.width), params["embed"].dtype)
-    return jnp.take(params["embed"], tokens, axis=0) * np.sqrt(cfg.width) + table[positions]
+    return jnp.take(params["embed"], tokens, axis=0) * float(np.sqrt(cfg.width)) + table[positions]
 
 
 def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
@@ -92,7 +93,7 @@ def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
     variant's entries; key_ok (B, Q, S) which cached slots each query may attend to."""
     batch, q_len, d = x.shape
     heads, e = cfg.n_heads, d // cfg.n_heads
-    r_attn, r_mlp = (None, None) if rng is None else jax.random.split(rng)
+    r_attn, r_mlp = common.split_keys(rng)
     u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
 
     def split_heads(w):
@@ -107,7 +108,7 @@ def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):
     real = key_ok[:, rows, start + rows]  # (B, Q): the query's own slot holds a real token
     extra, entries = cfg.score.cached_scores(layer_params(cfg.score, layer), u, cache, start, real)
     new |= entries
-    scores = jnp.einsum("bhqe,bhse->bhqs", q, new["k"]) / np.sqrt(e)
+    scores = jnp.einsum("bhqe,bhse->bhqs", q, new["k"]) / float(np.sqrt(e))  # a weak scalar: keeps the dtype
     if extra is not None:
         scores = scores + extra[:, None]
     weights = masked_softmax(scores, key_ok[:, None])
@@ -125,13 +126,13 @@ def _run(params, x, caches, start, key_ok, cfg, *, train, rng, read=None):
     vocabulary, then runs on those only); None reads every slot."""
     new_caches = []
     for index, (layer, cache) in enumerate(zip(params["layers"], caches, strict=True)):
-        layer_rng = None if rng is None else jax.random.fold_in(rng, index)
+        layer_rng = common.fold_in_keys(rng, index)
         x, cache = _layer(layer, x, cache, start, key_ok, cfg, train=train, rng=layer_rng)
         new_caches.append(cache)
     if read is not None:
         x = jnp.take_along_axis(x, read[..., None], axis=1)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
-    return jnp.einsum("bqd,vd->bqv", y, params["embed"]), new_caches
+    return jnp.einsum("bqd,vd->bqv", y, params["embed"], preferred_element_type=wide_dtype(y)), new_caches
 
 
 def _slot_valid(context_len, cfg):
@@ -172,7 +173,8 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
     causal = jnp.arange(lc)[:, None] >= jnp.arange(n_slots)[None, :]  # (Lc, S)
     key_ok = causal[None] & valid[:, None, :]
     positions = jnp.broadcast_to(jnp.arange(lc), (batch, lc))
-    rng_prefill = None if rng is None else jax.random.fold_in(rng, 0)
+    rng = common.window_keys(rng, batch)  # one dropout key per window
+    rng_prefill = common.fold_in_keys(rng, 0)
     x = _embed(params, packed["context"], positions, cfg)
     read = _target_slots(packed["context_len"], cfg, 0)
     logits, caches = _run(params, x, caches, 0, key_ok, cfg, train=train, rng=rng_prefill, read=read)
@@ -184,7 +186,7 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
         slot = lc + j
         x = _embed(params, token[:, None], (packed["context_len"] + j)[:, None], cfg)
         key_ok = (jnp.arange(n_slots)[None, None, :] <= slot) & valid[:, None, :]
-        step_rng = None if rng is None else jax.random.fold_in(rng, j + 1)
+        step_rng = common.fold_in_keys(rng, j + 1)
         logits, caches = _run(params, x, caches, slot, key_ok, cfg, train=train, rng=step_rng)
         return (caches, logits[:, 0]), (logits[:, 0], token)
 
@@ -221,6 +223,7 @@ def stream_logits(params, inputs: jax.Array, cfg: BaselineConfig, *, train=False
     causal = jnp.arange(slots)[:, None] >= jnp.arange(slots)[None, :]
     key_ok = causal[None] & (inputs != PAD_ID)[:, None, :]
     x = _embed(params, inputs, jnp.broadcast_to(jnp.arange(slots), (batch, slots)), cfg)
+    rng = common.window_keys(rng, batch)  # one dropout key per window
     logits, _ = _run(params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=train, rng=rng)
     return logits
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import apply_keep_mask, keep_mask
+from rank4jax.models.common import apply_keep_mask, keep_mask, window_keys
 from rank4jax.tokens import PAD_ID
 
 
@@ -96,12 +96,13 @@ class Rows:
         return self.to_grid(self.tokens[..., None])[..., 0] != PAD_ID
 
     def dropout(self, x: jax.Array, rate: float, rng: jax.Array | None, train: bool) -> jax.Array:
-        """Inverted dropout of rows (G, R, D) with the windows layout's (G·W, P, D) keep mask."""
+        """Inverted dropout of rows (G, R, D) with the windows layout's (G·W, P, D) keep mask (``rng``:
+        a key, or one key per window)."""
         if not train or rate == 0.0:
             return x
         if rng is None:
             raise ValueError("dropout in train mode needs an rng key")
-        keep = keep_mask(rng, (self.n_windows, self.n_positions, x.shape[-1]), rate)
+        keep = keep_mask(window_keys(rng, self.n_windows), (self.n_windows, self.n_positions, x.shape[-1]), rate)
         if self.grid is not None:  # the mask at each row's slot (filler rows read any slot)
             slot = jnp.minimum(self.slot, self.n_windows // self.grid.shape[0] * self.n_positions - 1)
             keep = keep.reshape(self.grid.shape[0], -1, x.shape[-1])

@@ -81,9 +81,10 @@ ATTENTION_BLOCKS = {"autodiff": _autodiff_block, "analytic": _analytic_block}  #
 def apply_layer(
     layer: dict, x: jax.Array, rows: Rows, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng
 ) -> tuple[jax.Array, jax.Array]:
-    """One Pre-LN layer on the stream x (G, R, D): attention branch then MLP branch. Returns the new
-    stream and the layer's auxiliary value from the score variant (0 for the paper's score)."""
-    rng_attn, rng_mlp = (None, None) if rng is None else jax.random.split(rng)
+    """One Pre-LN layer on the stream x (G, R, D): attention branch then MLP branch (``rng``: one
+    dropout key per window, or None). Returns the new stream and the layer's auxiliary value from
+    the score variant (0 for the paper's score)."""
+    rng_attn, rng_mlp = common.split_keys(rng)
     u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
     extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
     attended = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
@@ -108,12 +109,13 @@ def hidden_rows(
     chex.assert_equal_shape([rows.tokens, rows.position, rows.slice])
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
+    rng = common.window_keys(rng, rows.n_windows)  # one key per window
     x = embed_rows(params["embed"], rows, cfg) if embedded is None else embedded
     chex.assert_shape(x, rows.tokens.shape + (cfg.width,))
     key_mask = rows.key_mask()
     auxes = []
     for index, layer in enumerate(params["layers"]):
-        layer_rng = None if rng is None else jax.random.fold_in(rng, index)
+        layer_rng = common.fold_in_keys(rng, index)
         x, aux = apply_layer(layer, x, rows, key_mask, cfg, train=train, rng=layer_rng)
         auxes.append(aux)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])

@@ -17,6 +17,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rank4jax.models.common import wide_dtype
+
 
 def init_readout(key: jax.Array, vocab_size: int, dt: int, width: int, dtype=jnp.float32) -> dict:
     """W′ (V, dt) ~ N(0, 1/D) so initial logits have unit scale (SPEC §5)."""
@@ -37,7 +39,9 @@ def apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
     chex.assert_shape(y, (batch, positions, m.shape[1]))
     # One 2-D (B·P, D) × (D, V) matmul: with the batch axes kept apart, XLA:CPU materialised the
     # (V, B·P) transpose of the logits' gradient for ∂M (as costly as the matmul itself).
-    return (y.reshape(batch * positions, width) @ m.T).reshape(batch, positions, -1)
+    # Logits in at least float32 (accumulated there from bfloat16 inputs): the CE's logsumexp needs them.
+    flat = jnp.matmul(y.reshape(batch * positions, width), m.T, preferred_element_type=wide_dtype(y))
+    return flat.reshape(batch, positions, -1)
 
 
 def target_logits(sem: jax.Array, tmp: jax.Array, y: jax.Array, targets: jax.Array) -> jax.Array:
@@ -47,4 +51,4 @@ def target_logits(sem: jax.Array, tmp: jax.Array, y: jax.Array, targets: jax.Arr
     dx, dt = sem.shape[1], tmp.shape[1]
     chex.assert_shape(y, targets.shape + (dx * dt,))
     fibers = y.reshape(targets.shape + (dx, dt))
-    return jnp.einsum("bpnq,bpn,bpq->bp", fibers, sem[targets], tmp[targets])
+    return jnp.einsum("bpnq,bpn,bpq->bp", fibers, sem[targets], tmp[targets], preferred_element_type=wide_dtype(y))

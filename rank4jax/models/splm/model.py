@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rank4jax.models.common import normalize, sinusoid_table
+from rank4jax.models.common import normalize, sinusoid_table, wide_dtype
 from rank4jax.models.splm import potential as pot
 from rank4jax.models.splm.config import SPLMConfig
 from rank4jax.tokens import PAD_ID
@@ -137,7 +137,7 @@ def forward(params: dict, inputs: jax.Array, cfg: SPLMConfig) -> tuple[jax.Array
     """inputs (B, S) → (logits (B, S, V), V_θ at the last layer's state (B, S) for the loss term
     λ_V·mean(V_θ²), with ξ from stop-gradient(h_L) and the last layer's depth code)."""
     h = trajectory(params, inputs, cfg)
-    logits = h @ params["embed"].T
+    logits = jnp.matmul(h, params["embed"].T, preferred_element_type=wide_dtype(h))
     return logits, potential_value(params, h, cfg.n_layers - 1, cfg)
 
 
