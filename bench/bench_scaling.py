@@ -14,8 +14,8 @@ import argparse
 import statistics
 
 import rank4jax
-from bench.bench_throughput import forward_flops_per_window
 from bench.common import compiled_train_step, run_steps, step_timer, synthetic_windows
+from rank4jax.models.flops import rank4_forward as forward_flops_per_window
 
 POSITIONS = [(4, 4), (16, 4), (32, 8)]  # (N, T)
 WIDTHS = [(8, 4), (16, 8), (32, 16)]  # (dx, dt)

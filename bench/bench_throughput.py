@@ -9,7 +9,7 @@ paper (dx=64, dt=32, H=4, L=2, V=36,711, B=32). Windows: ``synthetic`` are the P
 (``../shared/data``; the built-in corpus when absent) at the same N and T, where many more
 positions are PAD.
 
-For each size, window kind and parameter dtype it reports the rank4jax train step on three layouts
+For each size, window kind and compute dtype it reports the rank4jax train step on three layouts
 of the same windows — full width N, cut to the used width N' (``trim_padding``) and the compact
 batch (``compact_windows``: only positions whose input or target is not PAD); training runs the
 fastest (``batch_layout="auto"``) — and the forward-only eval step on trimmed and compact rows
@@ -48,6 +48,8 @@ from bench.common import compiled_train_step, peak_bytes, real_windows, run_step
 from rank4jax.data.compact import compact_size, compact_windows
 from rank4jax.data.windows import trim_padding
 from rank4jax.models.family import RANK4
+from rank4jax.models.flops import rank4_forward as forward_flops_per_window  # the count training logs
+from rank4jax.models.precision import cast_to_compute
 
 SMALL = dict(dx=16, dt=8, n_heads=2, n_layers=2, vocab_size=4000, n_tokens=16, n_slices=4, batch=32)
 SIZES = {
@@ -57,13 +59,6 @@ SIZES = {
 }
 DEFAULT_TORCH = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "bench", "torch_rank4.py")
 PEER_ON_WINDOWS = os.path.join(os.path.dirname(__file__), "torch_peer_windows.py")
-
-
-def forward_flops_per_window(cfg: rank4jax.Rank4Config) -> int:
-    """Multiply-adds × 2 of one window's forward pass (matmuls and attention contractions)."""
-    p, d, h = cfg.n_tokens * cfg.n_slices, cfg.width, cfg.n_heads
-    per_layer = 2 * 3 * h * p * d * d + 2 * 2 * h * p * p * d + 2 * 2 * p * d * 4 * d
-    return cfg.n_layers * per_layer + 2 * p * d * cfg.vocab_size
 
 
 def matmul_peak_gflops(dtype, n: int | None = None, chain: int = 8, repeats: int = 5) -> float:
@@ -202,11 +197,12 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
     runs = {}
     for name, rows in layouts.items():
         rows = jax.tree.map(jnp.asarray, rows)
-        compiled, state, compile_s, memory = compiled_train_step(cfg, rows, dtype=dtype)
+        compiled, state, compile_s, memory = compiled_train_step(cfg, rows, compute_dtype=dtype)
         runs[name] = {"step": compiled, "state": run_steps(compiled, state, rows, 2)[1], "batch": rows}
         runs[name]["figures"] = (compile_s, peak_bytes(memory))
     params = jax.tree_util.tree_map(jnp.copy, runs["compact"]["state"].params)  # the train step donates its state
-    evals = {name: compiled_eval_step(cfg, params, layouts[name]) for name in ("trimmed", "compact")}
+    computed = cast_to_compute(params, jnp.dtype(dtype).name)  # the eval step in the run's compute dtype
+    evals = {name: compiled_eval_step(cfg, computed, layouts[name]) for name in ("trimmed", "compact")}
     peer = args.torch and dtype == jnp.float32
     if peer:
         ref = torch_loss(args.torch, cfg, params, windows)
@@ -229,7 +225,7 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
         for name, timer in timers.items():
             times[name].append(timer())
         for name, (compiled, rows, _) in evals.items():
-            eval_times[name].append(eval_seconds(compiled, params, rows, args.steps))
+            eval_times[name].append(eval_seconds(compiled, computed, rows, args.steps))
         if peer:
             torch_rates.append(torch_windows_per_s(args.torch, spec, args.steps, windows_file, args.torch_device))
             if args.torch_device == "cpu":
@@ -275,7 +271,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--sizes", default="small,medium", help=f"comma-separated, from {sorted(SIZES)}")
-    ap.add_argument("--dtypes", default="float32", help="parameter dtypes, comma-separated: float32, bfloat16")
+    ap.add_argument("--dtypes", default="float32", help="compute dtypes (config.compute_dtype), comma-separated")
     ap.add_argument(
         "--windows",
         default="synthetic,real",

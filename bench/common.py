@@ -8,11 +8,12 @@ import statistics
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from rank4jax.models.family import RANK4
 from rank4jax.training import sharding
-from rank4jax.training.programs import build_programs, optim_key
+from rank4jax.training.programs import StepPolicy, build_programs, optim_key
 
 
 def synthetic_windows(batch: int, n_slices: int, n_tokens: int, vocab: int, pad_tail: int = 3, seed: int = 0):
@@ -42,19 +43,18 @@ def real_windows(batch: int, n_tokens: int, n_slices: int, vocab: int, seed: int
 
 
 def compiled_train_step(
-    model_cfg, windows, learning_rate: float = 3e-4, weight_decay: float = 0.01, dtype=None, family=RANK4
+    model_cfg, windows, learning_rate: float = 3e-4, weight_decay: float = 0.01, compute_dtype="float32", family=RANK4
 ):
     """(the run's train step compiled ahead of time for ``windows`` on one device, initial state,
-    compile seconds, compiled memory analysis). ``dtype`` (e.g. bfloat16) casts the parameters."""
+    compile seconds, compiled memory analysis). ``compute_dtype``: the run's precision policy
+    (``config.compute_dtype``: float32 parameters, bfloat16 matmuls and activations)."""
     from configs import default
 
     optim = default.get_config().optim
     optim.learning_rate, optim.weight_decay, optim.warmup_steps = learning_rate, weight_decay, 0
-    programs = build_programs(family, model_cfg, optim_key(optim), sharding.make_mesh(1, 1))
+    policy = StepPolicy(compute_dtype=jnp.dtype(compute_dtype).name)
+    programs = build_programs(family, model_cfg, optim_key(optim), sharding.make_mesh(1, 1), policy)
     state = programs.init(jax.random.key(0))
-    if dtype is not None:
-        params = jax.tree.map(lambda leaf: leaf.astype(dtype), state.params)
-        state = state.replace(params=params, opt_state=programs.optimizer.init(params))
     t0 = time.perf_counter()
     compiled = programs.train_step.lower(state, windows).compile()
     compile_s = time.perf_counter() - t0

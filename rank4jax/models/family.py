@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rank4jax.errors import ConfigError
-from rank4jax.models import baseline, rank4, splm, stream
+from rank4jax.models import baseline, flops, rank4, splm, stream
 from rank4jax.models.losses import with_objective
 from rank4jax.models.sizes import section_values
 from rank4jax.models.zpx import zpx_config
@@ -75,6 +75,8 @@ class ModelFamily:
     # (params, training windows (n, T+1, N) numpy, cfg) → params: data-derived buffers of a fresh run
     # (the SPLM's unigram surprisal); checkpoints keep them, so a resumed run never recomputes them.
     init_from_data: Callable[[Any, Any, Any], Any] | None = None
+    # cfg → analytic FLOPs of one window's forward (``rank4jax.models.flops``); None: not counted
+    forward_flops: Callable[[Any], int] | None = None
 
 
 # each family's model section: required keys, then optional ones with their defaults
@@ -124,6 +126,7 @@ RANK4 = ModelFamily(
     selection_loss="window CE over every target of S(1..T)",
     fields=_fields(RANK4_SECTION),
     layouts=lambda cfg: ("trimmed", "compact") if cfg.attention == "autodiff" else ("trimmed",),
+    forward_flops=flops.rank4_forward,
 )
 
 
@@ -167,6 +170,7 @@ BASELINE = ModelFamily(
     count_params=baseline.count_params,
     selection_loss="free-running S(T)+EOS CE",
     fields=_fields(BASELINE_SECTION),
+    forward_flops=flops.baseline_forward,
 )
 
 
@@ -215,6 +219,7 @@ BASELINE_LM = _stream_family(
     _baseline_lm_logits,
     baseline.count_params,
     fields=_fields(BASELINE_LM_SECTION),
+    forward_flops=flops.stream_forward,
 )
 
 

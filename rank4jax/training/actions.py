@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 
+import jax
 import numpy as np
 
 from rank4jax.checkpoint.storage import BEST_METRIC
@@ -56,7 +57,8 @@ class PeriodicActions:
         self.out.say(f"step {step}: its checkpoint carried no validation loss: {metrics['window_ce']:.4f} added")
 
     def validate(self, step: int, state) -> None:
-        metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
+        with jax.profiler.TraceAnnotation("evaluation"):  # named in a profile (training.profiling)
+            metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
         if not np.isfinite(metrics["window_ce"]):
             raise TrainingDivergedError(f"validation loss is {metrics['window_ce']} at step {step}; not saved")
         self.out.log_validation(step, metrics)

@@ -24,6 +24,7 @@ from rank4jax.training import sharding
 from rank4jax.training.actions import PeriodicActions
 from rank4jax.training.early_stopping import EarlyStopping
 from rank4jax.training.output import Output, write_summary
+from rank4jax.training.profiling import Profiler
 from rank4jax.training.programs import CompiledStep, describe_memory
 from rank4jax.training.run_config import validate
 from rank4jax.training.setup import Run, prepare_run, restore_or_init
@@ -48,11 +49,13 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         out = stack.enter_context(Output(run, start))
         out.announce(early)
         step_fn = CompiledStep(run.programs.train_step, max_shapes=run.layout.max_shapes)
+        profiler = Profiler(workdir, config.get("profile_steps", ""), enabled=run.is_main)
+        stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
         first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
         with StopRequest(enabled=jax.process_count() == 1) as stop:  # from here a signal saves, then stops
             actions = PeriodicActions(run, out, early, stop)
             actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
-            state = _loop(run, state, first, batches, step_fn, actions, hooks, out, (start, end))
+            state = _loop(run, state, first, batches, step_fn, actions, hooks, out, profiler, (start, end))
             run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
         if jax.process_count() > 1:  # every process holds the same replicated parameters
             digest = sharding.check_replicas_agree(state.params)
@@ -85,12 +88,14 @@ def _compile_on_first_batch(run: Run, state, batches, step_fn: CompiledStep, out
     return batch
 
 
-def _loop(run: Run, state, first, batches, step_fn: CompiledStep, actions, hooks, out: Output, steps: tuple):
+def _loop(run: Run, state, first, batches, step_fn, actions, hooks, out: Output, profiler: Profiler, steps: tuple):
     """Steps ``start + 1 .. end`` of ``steps``, each followed by the hooks and the periodic actions."""
     start, end = steps
     for step in range(start + 1, end + 1):
-        batch = first if step == start + 1 else sharding.put_batch(next(batches), run.programs.batch_sharding)
-        state, metrics = step_fn(state, batch)
+        with profiler.step(step):
+            batch = first if step == start + 1 else sharding.put_batch(next(batches), run.programs.batch_sharding)
+            state, metrics = step_fn(state, batch)
+        profiler.step_done(step, metrics)
         out.step_done(metrics)
         for hook in hooks:
             hook(step, state)

@@ -12,7 +12,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rank4jax.errors import TrainingDivergedError
+from rank4jax.models.flops import train_flops_per_window
 from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves, rewind_metrics
+from rank4jax.training.utilization import bf16_peak_flops, utilization
 
 
 class Output:
@@ -29,6 +31,12 @@ class Output:
             dynamic_ncols=True,
         )
         self.pending, self.since = [], time.perf_counter()  # the step metrics not yet fetched, and since when
+        # the train step's analytic FLOPs per window, the devices sharing them, the device's bf16 peak
+        self.flops = (
+            train_flops_per_window(run.family, run.model_cfg),
+            run.programs.mesh.devices.size,
+            bf16_peak_flops(run.programs.mesh.devices.flat[0]),
+        )
 
     def __enter__(self):
         return self
@@ -62,8 +70,14 @@ class Output:
 
     def log_train(self, step: int) -> None:
         record = _train_record(self.pending, step, self.since, self.run.config.batch_size, self.start)
+        record |= utilization(record["windows_per_s"], *self.flops)
         self.writer.write(record)
-        self.bar.set_postfix(loss=f"{record['loss']:.3f}", win_s=f"{record['windows_per_s']:.0f}")
+        shown = {"loss": f"{record['loss']:.3f}", "win_s": f"{record['windows_per_s']:.0f}"}
+        if "model_flops_per_s_per_device" in record:
+            shown["tflops"] = f"{record['model_flops_per_s_per_device'] / 1e12:.3g}"
+        if "mfu" in record:
+            shown["mfu"] = f"{record['mfu']:.1%}"
+        self.bar.set_postfix(shown)
         self.pending, self.since = [], time.perf_counter()
 
     def log_validation(self, step: int, metrics: dict) -> None:

@@ -85,12 +85,14 @@ def apply_layer(
     dropout key per window, or None). Returns the new stream and the layer's auxiliary value from
     the score variant (0 for the paper's score)."""
     rng_attn, rng_mlp = common.split_keys(rng)
-    u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-    extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
-    attended = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
-    x = x + rows.dropout(attended, cfg.dropout, rng_attn, train)
-    u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
-    return x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), aux
+    with jax.named_scope("attention"):  # the names a profile shows (rank4jax.training.profiling)
+        u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
+        extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
+        attended = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
+        x = x + rows.dropout(attended, cfg.dropout, rng_attn, train)
+    with jax.named_scope("mlp"):
+        u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
+        return x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), aux
 
 
 def hidden_rows(

@@ -34,6 +34,11 @@ def readout_matrix(sem: jax.Array, tmp: jax.Array) -> jax.Array:
 
 def apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
     """y (B, P, D) final-normed stream → logits (B, P, V)."""
+    with jax.named_scope("readout"):
+        return _apply_readout(sem, tmp, y)
+
+
+def _apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
     m = readout_matrix(sem, tmp)
     batch, positions, width = y.shape
     chex.assert_shape(y, (batch, positions, m.shape[1]))

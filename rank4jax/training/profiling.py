@@ -1,0 +1,46 @@
+"""The profiler switch: ``config.profile_steps = "first:last"`` writes a ``jax.profiler`` trace of
+those train steps (and of any validation between them) under ``<workdir>/profile/`` — an XPlane file
+for TensorBoard's profile plugin and a Perfetto trace (``perfetto_trace.json.gz``, ui.perfetto.dev).
+Each step is a ``StepTraceAnnotation`` ("train", its number), validation a ``TraceAnnotation``
+("evaluation"), and the models name their parts with ``jax.named_scope`` (attention, mlp, readout).
+Only process 0 traces."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import jax
+
+from rank4jax.training.run_config import profile_range
+
+PROFILE_DIR = "profile"
+
+
+class Profiler:
+    def __init__(self, workdir: str, steps: str, enabled: bool = True):
+        self.range = profile_range(steps) if enabled else None
+        self.directory = os.path.join(workdir, PROFILE_DIR)
+        self.tracing = False
+
+    def step(self, step: int):
+        """A context around train step ``step``: starts the trace at the first step of the range,
+        names the step while tracing."""
+        if self.range and step == self.range[0] and not self.tracing:
+            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+            self.tracing = True
+        if not self.tracing:
+            return contextlib.nullcontext()
+        return jax.profiler.StepTraceAnnotation("train", step_num=step)
+
+    def step_done(self, step: int, outputs) -> None:
+        """After step ``step``'s dispatch: at the last step of the range, wait for it and stop."""
+        if self.tracing and step == self.range[1]:
+            self.stop(outputs)
+
+    def stop(self, outputs=None) -> None:
+        if self.tracing:
+            jax.block_until_ready(outputs)
+            jax.profiler.stop_trace()
+            self.tracing = False
+            print(f"rank4jax: profile of steps {self.range[0]}-{self.range[1]} written under {self.directory}")
