@@ -102,7 +102,8 @@ def gradients(params, batch, keys, family: ModelFamily, model_cfg, policy: StepP
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
     (value, sums, grads), _ = jax.lax.scan(add, zeros, micro)
     tokens = jnp.maximum(sums["window_tokens"], 1)
-    return value / tokens, sums, jax.tree.map(lambda g: g / tokens, grads)
+    loss = value / tokens
+    return loss, sums | {"objective": loss}, jax.tree.map(lambda g: g / tokens, grads)
 
 
 def eval_step(params, batch, *, family: ModelFamily, model_cfg, compute_dtype: str = "float32") -> dict:

@@ -56,4 +56,6 @@ def target_logits(sem: jax.Array, tmp: jax.Array, y: jax.Array, targets: jax.Arr
     dx, dt = sem.shape[1], tmp.shape[1]
     chex.assert_shape(y, targets.shape + (dx * dt,))
     fibers = y.reshape(targets.shape + (dx, dt))
-    return jnp.einsum("bpnq,bpn,bpq->bp", fibers, sem[targets], tmp[targets], preferred_element_type=wide_dtype(y))
+    # Y·W′[v] contracted over q by a matmul, accumulated in at least float32 as the logits are; then Esem[v]
+    per_n = jnp.einsum("bpnq,bpq->bpn", fibers, tmp[targets], preferred_element_type=wide_dtype(y))
+    return jnp.sum(per_n * sem[targets], axis=-1)

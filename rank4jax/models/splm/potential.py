@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rank4jax.models.common import uniform_fan_in
+from rank4jax.models.common import at_least_f32, uniform_fan_in
 from rank4jax.models.splm.config import SPLMConfig
 
 
@@ -72,7 +72,8 @@ def _chunk_terms(p: dict, z: jax.Array, h: jax.Array):
     a_pre = (jnp.einsum("mcd,mdj->mcj", z, p["w_a"]) + p["b_a"][:, None]).reshape(m, c, k, d)
     soft = jax.nn.softplus(a_pre) + 1e-4
     a = jnp.minimum(soft, 2.0 / d)
-    w = jax.nn.softmax(jnp.einsum("mcd,mdk->mck", z, p["w_w"]) + p["b_w"][:, None], axis=-1)
+    logits = jnp.einsum("mcd,mdk->mck", z, p["w_w"]) + p["b_w"][:, None]
+    w = jax.nn.softmax(at_least_f32(logits), axis=-1).astype(logits.dtype)  # max and sum in float32
     diff = h[None, :, None, :] - mu
     g = jnp.exp(-0.5 * jnp.sum(a * diff * diff, axis=-1))
     return a_pre, soft, a, diff, w, g
