@@ -13,8 +13,9 @@ One table, a row per family and precision — float32 (matmuls at "highest" prec
 bf16 peak (``rank4jax.training.utilization``; "-" where the device is not in the table, as on a
 CPU), and the compiled step's peak memory (arguments + outputs + temporaries). Then the baseline's
 step time over the rank-4 step time in each precision (the paper reports 18.8× in wall time), and
-a ``train.py`` run of ``configs/rocstories_paper.py`` in bf16 on the shared ROCStories file (the
-built-in corpus with ``--tiny``): the windows/s and MFU it logged and its first validation LS(T).
+a training run of ``configs/rocstories_paper.py`` in bf16 on the shared ROCStories file (the
+built-in corpus with ``--tiny``), the trainer ``train.py`` runs, in this process: the windows/s and
+MFU it logged and its first validation LS(T).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import argparse
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -32,9 +31,11 @@ import jax
 import numpy as np
 
 from bench.common import compiled_train_step, peak_bytes, run_steps, synthetic_windows
-from configs import baseline_paper, rocstories_paper
+from configs import baseline_paper, default, rocstories_paper
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.models.flops import train_flops_per_window
+from rank4jax.training.loop import train
+from rank4jax.training.metrics import read_metrics
 from rank4jax.training.utilization import bf16_peak_flops
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,37 +84,32 @@ def step_row(family, cfg, windows: np.ndarray, precision: str, args) -> dict:
 
 
 def train_run(args) -> dict:
-    """A bf16 ``train.py`` run; its logged windows/s and MFU (median after the first interval) and
-    its first validation LS(T)."""
+    """A bf16 training run, as ``train.py`` runs it (the same ``train`` on the same config, in this
+    process): its logged windows/s and MFU (median after the first interval) and its first
+    validation LS(T)."""
     workdir = tempfile.mkdtemp(prefix="rank4jax_accel_")
     steps = args.train_steps
-    if args.tiny:
-        flags = ["--config=configs/default.py", *(f"--config.model.{k}={v}" for k, v in TINY.items())]
+    config = (default if args.tiny else rocstories_paper).get_config()
+    if args.tiny:  # a small corpus and the rule's layout (no timing of candidates): seconds, not minutes
+        config.model.update(TINY)
+        config.data.builtin_stories, config.batch_layout = 400, "rule"
     else:
-        flags = ["--config=configs/rocstories_paper.py", f"--config.data.path={args.data}"]
-    flags += [
-        f"--workdir={workdir}",
-        "--config.compute_dtype=bfloat16",
-        f"--config.num_steps={steps}",
-        f"--config.eval_every={steps}",
-        f"--config.checkpoint_every={steps}",
-        f"--config.log_every={max(steps // 10, 1)}",
-        "--config.progress_bar=false",
-    ]
+        config.data.path = args.data
+    config.compute_dtype = "bfloat16"
+    config.num_steps = config.eval_every = config.checkpoint_every = steps
+    config.log_every, config.progress_bar = max(steps // 10, 1), False
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "train.py", *flags], cwd=REPO, capture_output=True, text=True)
-    if out.returncode:
-        raise SystemExit(f"error: train.py failed ({out.returncode}): {out.stderr.strip().splitlines()[-1:]}")
-    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-        records = [json.loads(line) for line in f]
-    train = [r for r in records if r["split"] == "train"][1:] or [r for r in records if r["split"] == "train"]
-    validation = next(r for r in records if r["split"] == "validation")
+    train(config, workdir)
+    wall = time.perf_counter() - start
+    records = read_metrics(workdir)
+    logged = records["train"][1:] or records["train"]  # the first interval holds the first batches' waits
+    validation = records["validation"][0]
     return {
-        "config": flags[0].split("=")[1],
+        "config": "configs/default.py" if args.tiny else "configs/rocstories_paper.py",
         "steps": steps,
-        "wall_s": time.perf_counter() - start,
-        "windows_per_s": float(np.median([r["windows_per_s"] for r in train])),
-        "mfu": float(np.median([r["mfu"] for r in train])) if "mfu" in train[0] else None,
+        "wall_s": wall,
+        "windows_per_s": float(np.median([r["windows_per_s"] for r in logged])),
+        "mfu": float(np.median([r["mfu"] for r in logged])) if "mfu" in logged[0] else None,
         "first_validation_step": validation["step"],
         "first_validation_last_slice_ce": validation["last_slice_ce"],
     }
@@ -140,7 +136,7 @@ def print_table(rows: list[dict], run: dict | None) -> None:
             print(f"baseline (free-running) step time / rank-4 step time, {precision}: {ratio:.2f}x")
     if run:
         print(
-            f"train.py {run['config']} bf16, {run['steps']} steps in {run['wall_s']:.0f} s: "
+            f"training run {run['config']} bf16, {run['steps']} steps in {run['wall_s']:.0f} s: "
             f"{run['windows_per_s']:.1f} windows/s, MFU {fmt(run['mfu'], '.1%')}, "
             f"first validation (step {run['first_validation_step']}) LS(T) {run['first_validation_last_slice_ce']:.4f}"
         )

@@ -83,11 +83,10 @@ def test_bf16_policy_dtypes_at_each_site(name):
     assert {str(v.aval.dtype) for v in closed.jaxpr.outvars} == {"float32"}
 
 
-@pytest.mark.parametrize("name", ["rank4", "baseline"])
-def test_bf16_gradient_agrees_with_float32_within_bf16_precision(name):
-    """One step's gradient in bfloat16 against float32: relative L2 error 0.4-1.1 % measured
-    (bfloat16's epsilon is 0.39 %); the loss within 2e-4 relative."""
-    family, cfg = _family(name)
+def test_bf16_gradient_agrees_with_float32_within_bf16_precision():
+    """One step's gradient in bfloat16 against float32: relative L2 error 1.1 % measured (0.4 % for
+    the baseline; bfloat16's epsilon is 0.39 %); the loss within 2e-4 relative."""
+    family, cfg = _family("rank4")
     params = family.init(jax.random.key(0), cfg)
     windows = jnp.asarray(_windows(cfg))
     keys = window_keys(jax.random.key(1), len(windows))
@@ -120,8 +119,8 @@ def test_a_bf16_run_lands_near_the_f32_run_and_resumes_as_f32(tmp_path):
     assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {np.dtype("float32")}
 
 
-@pytest.mark.parametrize("name,layout", [("rank4", "full"), ("rank4", "compact"), ("baseline", "full")])
-def test_gradient_accumulation_equals_the_full_batch(name, layout):
+@pytest.mark.parametrize("name,layout,k", [("rank4", "full", 2), ("rank4", "compact", 4), ("baseline", "full", 2)])
+def test_gradient_accumulation_equals_the_full_batch(name, layout, k):
     """k microbatches of B/k on two devices: the same loss, sums and gradient as one batch of B,
     dropout on (each window keeps its masks: its key is its own)."""
     family, cfg = _family(name)
@@ -129,20 +128,18 @@ def test_gradient_accumulation_equals_the_full_batch(name, layout):
     mesh = sharding.make_mesh(2, 1)
     params = family.init(jax.random.key(0), cfg)
     windows = _windows(cfg, batch=8, seed=3)
+
+    @functools.partial(jax.jit, static_argnums=2)
+    def run(p, b, steps):
+        keys = window_keys(jax.random.key(7), n_windows(b))
+        return gradients(p, b, keys, family, cfg, StepPolicy(grad_accum_steps=steps), 2)
+
     results = {}
-    for k in (1, 2, 4):
-        batch = compact_windows(windows, groups=2 * k, buckets=4) if layout == "compact" else windows
-        batch = sharding.put_batch(batch, sharding.batch_sharding(mesh))
-
-        @functools.partial(jax.jit, static_argnums=2)
-        def run(p, b, k):
-            keys = window_keys(jax.random.key(7), n_windows(b))
-            return gradients(p, b, keys, family, cfg, StepPolicy(grad_accum_steps=k), 2)
-
-        results[k] = jax.device_get(run(params, batch, k))
-    for k in (2, 4):
-        for got, want in zip(jax.tree.leaves(results[k]), jax.tree.leaves(results[1]), strict=True):
-            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-7)
+    for steps in (1, k):
+        batch = compact_windows(windows, groups=2 * steps, buckets=4) if layout == "compact" else windows
+        results[steps] = jax.device_get(run(params, sharding.put_batch(batch, sharding.batch_sharding(mesh)), steps))
+    for got, want in zip(jax.tree.leaves(results[k]), jax.tree.leaves(results[1]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-7)
 
 
 def test_grad_accum_steps_must_divide_the_batch():
@@ -189,5 +186,5 @@ def test_accelerator_check_runs_end_to_end_at_a_tiny_size(capsys):
     assert [(r["family"], r["precision"]) for r in rows] == [("rank4", "bf16"), ("baseline", "bf16")]
     assert all(r["windows_per_s"] > 0 and r["tflops"] > 0 and r["bf16_peak_fraction"] is None for r in rows)
     assert "| rank4 | bf16 |" in out and "baseline (free-running) step time / rank-4 step time, bf16:" in out
-    assert "train.py configs/default.py bf16, 2 steps" in out and "first validation (step 2) LS(T)" in out
+    assert "training run configs/default.py bf16, 2 steps" in out and "first validation (step 2) LS(T)" in out
     assert os.path.isfile(accelerator_check.__file__)
