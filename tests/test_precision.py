@@ -102,13 +102,13 @@ def test_bf16_gradient_agrees_with_float32_within_bf16_precision():
 
 
 def test_a_bf16_run_lands_near_the_f32_run_and_resumes_as_f32(tmp_path):
-    """200 steps of the tiny run in each dtype: validation window CE within 0.02 nats (measured
-    below 0.005); the bf16 run's checkpoints hold float32 arrays and an f32 run resumes them."""
+    """200 steps of the tiny run in each dtype: validation window CE within 0.005 nats (measured
+    3.6035 f32, 3.6038 bf16); the bf16 run's checkpoints hold float32 arrays and an f32 run resumes them."""
     flags = dict(num_steps=200, eval_every=100, checkpoint_every=100, log_every=50)
     f32 = train(tiny_config(**flags), str(tmp_path / "f32"))
     bf16 = train(tiny_config(compute_dtype="bfloat16", **flags), str(tmp_path / "bf16"))
     a, b = f32["final_validation"]["window_ce"], bf16["final_validation"]["window_ce"]
-    assert b != a and abs(b - a) < 0.02, (a, b)
+    assert b != a and abs(b - a) < 0.005, (a, b)
     with RunCheckpoints(str(tmp_path / "bf16"), read_only=True) as ckpt:
         stored = ckpt.manager.item_metadata(200)["state"]
     floating = {leaf.dtype for leaf in jax.tree.leaves(stored) if np.issubdtype(leaf.dtype, np.floating)}
