@@ -79,7 +79,7 @@ def _bwd(residuals, g):
     d_x = rstd * (
         g_hat - jnp.mean(g_hat, axis=-1, keepdims=True) - x_hat * jnp.mean(g_hat * x_hat, axis=-1, keepdims=True)
     )
-    return d_x, d_ln, d_attn, None
+    return d_x.astype(x_hat.dtype), d_ln, d_attn, None  # rstd is float32 or wider; x may be bfloat16
 
 
 attention_block.defvjp(_fwd, _bwd)
