@@ -84,11 +84,22 @@ def test_bf16_policy_dtypes_at_each_site(name):
     assert {str(v.aval.dtype) for v in closed.jaxpr.outvars} == {"float32"}
 
 
-@pytest.mark.parametrize("name", ["rank4", "rank4_analytic"])
-def test_bf16_gradient_agrees_with_float32_within_bf16_precision(name):
-    """One step's gradient in bfloat16 against float32: relative L2 error 1.1 % measured (0.4 % for
-    the baseline; bfloat16's epsilon is 0.39 %), the §6 backward's too; the loss within 2e-4 relative."""
+@pytest.mark.parametrize("name", [*FAMILIES, "rank4_analytic"])
+def test_bf16_gradients_are_float32_for_every_family(name):
+    """The gradient reaching the float32 parameters is float32 for every family, the §6 custom VJP
+    included (its input cotangent once came back float32 for a bfloat16 input: a crash at trace time)."""
     family, cfg = _family(name)
+    params = jax.eval_shape(lambda key: family.init(key, cfg), jax.random.key(0))
+    windows = jnp.asarray(_windows(cfg))
+    keys = window_keys(jax.random.key(1), len(windows))
+    _, _, grads = jax.eval_shape(lambda p: gradients(p, windows, keys, family, cfg, StepPolicy("bfloat16"), 1), params)
+    assert jax.tree.map(lambda g: (g.shape, g.dtype), grads) == jax.tree.map(lambda p: (p.shape, p.dtype), params)
+
+
+def test_bf16_gradient_agrees_with_float32_within_bf16_precision():
+    """One step's gradient in bfloat16 against float32: relative L2 error 1.1 % measured (0.4 % for
+    the baseline; bfloat16's epsilon is 0.39 %); the loss within 2e-4 relative."""
+    family, cfg = _family("rank4")
     params = family.init(jax.random.key(0), cfg)
     windows = jnp.asarray(_windows(cfg))
     keys = window_keys(jax.random.key(1), len(windows))
@@ -121,10 +132,12 @@ def test_a_bf16_run_lands_near_the_f32_run_and_resumes_as_f32(tmp_path):
     assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {np.dtype("float32")}
 
 
-@pytest.mark.parametrize("name,layout,k", [("rank4", "full", 2), ("rank4", "compact", 4), ("baseline", "full", 2)])
+@pytest.mark.parametrize("name,layout,k", [("rank4", "full", 2), ("rank4", "compact", 4)])
 def test_gradient_accumulation_equals_the_full_batch(name, layout, k):
     """k microbatches of B/k on two devices: the same loss, sums and gradient as one batch of B,
-    dropout on (each window keeps its masks: its key is its own)."""
+    dropout on (each window keeps its masks: its key is its own). The baseline's decode draws its
+    masks from the same per-window keys (measured equal too, rtol 2e-5; not repeated here: each
+    of its decode programs compiles for seconds)."""
     family, cfg = _family(name)
     assert cfg.dropout > 0
     mesh = sharding.make_mesh(2, 1)
