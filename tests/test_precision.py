@@ -157,7 +157,7 @@ def test_gradient_accumulation_equals_the_full_batch(name, layout, k):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-7)
 
 
-def test_grad_accum_steps_must_divide_the_batch():
+def test_the_new_config_keys_are_checked_one_line_each():
     with pytest.raises(ConfigError, match=r"batch_size \(8\) must be a multiple of grad_accum_steps \(3\)"):
         validate(tiny_config(grad_accum_steps=3))
     with pytest.raises(ConfigError, match="compute_dtype must be one of float32, bfloat16"):

@@ -77,16 +77,13 @@ def n_windows(batch) -> int:
 
 
 def microbatches(tree, k: int, groups: int):
-    """Split a batch (and anything aligned with its windows) into ``k`` microbatches, stacked on a
-    new leading axis: every leaf (L, ...) → (k, L/k, ...). The leading axis is sharded over ``groups``
-    devices; microbatch j takes the j-th k-th of each device's part, so no window changes device.
-    A (W,) leaf with W a multiple of L (one entry per window of a compact batch) is split likewise."""
-    lead = jax.tree.leaves(tree)[0].shape[0]
+    """Split a batch (and anything aligned with its leading axis) into ``k`` microbatches, stacked on
+    a new leading axis: every leaf (L, ...) → (k, L/k, ...). The leading axis is sharded over
+    ``groups`` devices; microbatch j takes the j-th k-th of each device's part, so no row changes
+    device."""
 
     def split(x):
-        rest = x.shape[1:] if x.shape[0] == lead else (x.shape[0] // lead,) + x.shape[1:]
-        parts = jnp.swapaxes(x.reshape((groups, k, -1) + rest), 0, 1)
-        merged = parts.reshape((k, -1) + rest)
-        return merged if x.shape[0] == lead else merged.reshape((k, -1) + x.shape[1:])
+        parts = jnp.swapaxes(x.reshape((groups, k, -1) + x.shape[1:]), 0, 1)  # (k, groups, L/(groups·k), ...)
+        return parts.reshape((k, -1) + x.shape[1:])
 
     return jax.tree.map(split, tree)

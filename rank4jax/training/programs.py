@@ -97,7 +97,9 @@ def gradients(params, batch, keys, family: ModelFamily, model_cfg, policy: StepP
     def add(total, micro):
         return jax.tree.map(jnp.add, total, terms(params, micro)), None
 
-    micro = microbatches((batch, keys), k, groups)
+    lead = jax.tree.leaves(batch)[0].shape[0]  # B windows, or G groups of W windows (a compact batch)
+    micro_batches, micro_keys = microbatches((batch, keys.reshape(lead, -1)), k, groups)
+    micro = (micro_batches, micro_keys.reshape(k, -1))
     shapes = jax.eval_shape(terms, params, jax.tree.map(lambda x: x[0], micro))
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
     (value, sums, grads), _ = jax.lax.scan(add, zeros, micro)

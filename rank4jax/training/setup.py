@@ -77,7 +77,10 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     accum = policy.grad_accum_steps  # each microbatch splits over the data axis too
     sharding.check_divisibility(
         mesh,
-        batch_sizes={"batch_size": config.batch_size // accum, "eval_batch_size": config.eval_batch_size},
+        batch_sizes={
+            "batch_size" if accum == 1 else "batch_size / grad_accum_steps": config.batch_size // accum,
+            "eval_batch_size": config.eval_batch_size,
+        },
         n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
         hidden=4 * config.model.dx * config.model.dt,
     )
