@@ -60,9 +60,10 @@ def family_configs(tiny: bool) -> dict:
     return out
 
 
-def step_row(family, cfg, windows: np.ndarray, precision: str, args) -> dict:
+def step_row(family, cfg, windows, precision: str, args) -> dict:
     """One row of the table: the train step of ``family`` in ``precision`` on ``windows``."""
     compute, matmul = PRECISIONS[precision]
+    windows = jax.device_put(windows)  # on the device once: the timing is the step's, not the transfer's
     scope = jax.default_matmul_precision(matmul) if matmul else contextlib.nullcontext()
     with scope:  # the matmul precision applies when the step is traced and compiled
         compiled, state, compile_s, memory = compiled_train_step(cfg, windows, family=family, compute_dtype=compute)

@@ -3,8 +3,8 @@ switch and the accelerator check at a tiny size."""
 
 import functools
 import glob
+import gzip
 import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -181,12 +181,20 @@ def test_flop_counts_by_hand():
     assert flops.train_flops_per_window(get_family("splm"), None) is None
 
 
-def test_profile_steps_write_a_trace_and_the_log_carries_model_flops(tmp_path):
+def test_profile_steps_write_a_trace_and_the_log_carries_model_flops(tmp_path, capsys):
+    """Steps 2-3 traced (validation at step 2 among them): the XPlane file names the model's scopes
+    and the evaluation, the Perfetto trace the train steps; the log's FLOP/s are the analytic count's."""
     config = tiny_config(num_steps=4, profile_steps="2:3")
     train(config, str(tmp_path))
     profile = str(tmp_path / "profile")
-    assert glob.glob(f"{profile}/plugins/profile/*/*.xplane.pb")
-    assert glob.glob(f"{profile}/plugins/profile/*/perfetto_trace.json.gz")
+    (xplane,) = glob.glob(f"{profile}/plugins/profile/*/*.xplane.pb")
+    (perfetto,) = glob.glob(f"{profile}/plugins/profile/*/perfetto_trace.json.gz")
+    names = open(xplane, "rb").read()
+    for scope in (b"jit(train_step)/", b"attention/", b"mlp/", b"readout", b"evaluation"):
+        assert scope in names, scope
+    events = json.loads(gzip.open(perfetto).read())["traceEvents"]
+    assert any(event.get("name") == "train" for event in events)  # the StepTraceAnnotation
+    assert f"rank4jax: profile of steps 2-3 written under {profile}" in capsys.readouterr().out
     cfg = get_family("rank4").make_config(config.model, load_run(str(tmp_path), "latest").tokenizer.vocab_size)
     for record in read_metrics(str(tmp_path))["train"]:
         expected = record["windows_per_s"] * 3 * flops.rank4_forward(cfg) / jax.device_count()
@@ -202,4 +210,3 @@ def test_accelerator_check_runs_end_to_end_at_a_tiny_size(capsys):
     assert all(r["windows_per_s"] > 0 and r["tflops"] > 0 and r["bf16_peak_fraction"] is None for r in rows)
     assert "| rank4 | bf16 |" in out and "baseline (free-running) step time / rank-4 step time, bf16:" in out
     assert "training run configs/default.py bf16, 2 steps" in out and "first validation (step 2) LS(T)" in out
-    assert os.path.isfile(accelerator_check.__file__)

@@ -24,14 +24,15 @@ def count_params(init_fn, cfg) -> int:
     return sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(shapes))
 
 
+def wide_dtype(x: jax.Array):
+    """float32 for a narrower ``x`` (bfloat16), else x's dtype: a matmul's ``preferred_element_type``
+    for logits, and what :func:`at_least_f32` casts to."""
+    return jnp.promote_types(x.dtype, jnp.float32)
+
+
 def at_least_f32(x: jax.Array) -> jax.Array:
     """``x`` in float32 when its dtype is narrower (bfloat16), else unchanged."""
-    return x.astype(jnp.promote_types(x.dtype, jnp.float32))
-
-
-def wide_dtype(x: jax.Array):
-    """The dtype :func:`at_least_f32` gives ``x``: a matmul's ``preferred_element_type`` for logits."""
-    return jnp.promote_types(x.dtype, jnp.float32)
+    return x.astype(wide_dtype(x))
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:

@@ -49,7 +49,7 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         out = stack.enter_context(Output(run, start))
         out.announce(early)
         step_fn = CompiledStep(run.programs.train_step, max_shapes=run.layout.max_shapes)
-        profiler = Profiler(workdir, config.get("profile_steps", ""), enabled=run.is_main)
+        profiler = Profiler(workdir, config.get("profile_steps", ""), enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
         first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
         with StopRequest(enabled=jax.process_count() == 1) as stop:  # from here a signal saves, then stops

@@ -18,29 +18,31 @@ PROFILE_DIR = "profile"
 
 
 class Profiler:
-    def __init__(self, workdir: str, steps: str, enabled: bool = True):
+    def __init__(self, workdir: str, steps: str, enabled: bool = True, say=print):
         self.range = profile_range(steps) if enabled else None
         self.directory = os.path.join(workdir, PROFILE_DIR)
-        self.tracing = False
+        self.say = say  # the run's log line (above the progress bar)
+        self.first = None  # the first traced step while tracing, else None
 
     def step(self, step: int):
-        """A context around train step ``step``: starts the trace at the first step of the range,
-        names the step while tracing."""
-        if self.range and step == self.range[0] and not self.tracing:
+        """A context around train step ``step``: starts the trace at the first step of the range
+        this run executes (a resumed run traces what is left of it), names the step while tracing."""
+        if self.range and self.first is None and self.range[0] <= step <= self.range[1]:
             jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
-            self.tracing = True
-        if not self.tracing:
+            self.first = step
+        if self.first is None:
             return contextlib.nullcontext()
         return jax.profiler.StepTraceAnnotation("train", step_num=step)
 
     def step_done(self, step: int, outputs) -> None:
         """After step ``step``'s dispatch: at the last step of the range, wait for it and stop."""
-        if self.tracing and step == self.range[1]:
-            self.stop(outputs)
+        if self.first is not None and step == self.range[1]:
+            self.stop(outputs, step)
 
-    def stop(self, outputs=None) -> None:
-        if self.tracing:
+    def stop(self, outputs=None, step: int | None = None) -> None:
+        if self.first is not None:
             jax.block_until_ready(outputs)
             jax.profiler.stop_trace()
-            self.tracing = False
-            print(f"rank4jax: profile of steps {self.range[0]}-{self.range[1]} written under {self.directory}")
+            steps = f"steps {self.first}-{step}" if step is not None else f"the steps from {self.first}"
+            self.say(f"rank4jax: profile of {steps} written under {self.directory}")
+            self.first = None

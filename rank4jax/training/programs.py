@@ -108,15 +108,21 @@ def gradients(params, batch, keys, family: ModelFamily, model_cfg, policy: StepP
     return loss, sums | {"objective": loss}, jax.tree.map(lambda g: g / tokens, grads)
 
 
-def eval_step(params, batch, *, family: ModelFamily, model_cfg, compute_dtype: str = "float32") -> dict:
-    sums = family.loss_sums(cast_to_compute(params, compute_dtype), batch, model_cfg, train=False)
+def eval_step(params, batch, *, family: ModelFamily, model_cfg) -> dict:
+    sums = family.loss_sums(params, batch, model_cfg, train=False)
     sums.pop("objective")
     return sums
 
 
 def _cast_first(fn, compute_dtype: str):
-    """``fn(params, ...)`` with the parameters in the compute dtype."""
-    return lambda params, *args: fn(cast_to_compute(params, compute_dtype), *args)
+    """``fn(params, ...)`` with the parameters in the compute dtype, under ``fn``'s own name (the
+    name a profile and JAX's compile log show)."""
+
+    def cast_first(params, *args):
+        return fn(cast_to_compute(params, compute_dtype), *args)
+
+    cast_first.__name__ = getattr(fn, "func", fn).__name__  # through functools.partial
+    return cast_first
 
 
 def optim_key(optim: ml_collections.ConfigDict) -> tuple:
@@ -172,7 +178,7 @@ def build_programs(
             donate_argnums=0,
         ),
         eval_step=jax.jit(
-            functools.partial(eval_step, family=family, model_cfg=model_cfg, compute_dtype=dtype), **on_batches
+            _cast_first(functools.partial(eval_step, family=family, model_cfg=model_cfg), dtype), **on_batches
         ),
         predict_and_score=jax.jit(
             _cast_first(functools.partial(family.predict_and_score, cfg=model_cfg), dtype), **on_batches
