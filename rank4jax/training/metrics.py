@@ -12,11 +12,28 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from rank4jax.errors import WorkdirError, say
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
+
+
+def _summary_writer_class():
+    """tensorboardX's ``SummaryWriter``, imported without PyTorch. tensorboardX imports torch whenever it
+    is installed, only to accept torch tensors, which costs a run about 2 s of start-up; every value
+    written here is a Python number. Torch is hidden for that one import (``None`` in ``sys.modules``
+    reads as not installed) and then visible again to anything that imports it."""
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if hide and sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return SummaryWriter
 
 
 class MetricsWriter:
@@ -39,9 +56,7 @@ class MetricsWriter:
         if not self.enabled:
             return
         if self._events is None:  # opened first: once metrics.jsonl exists, so does the event file
-            from tensorboardX import SummaryWriter
-
-            self._events = SummaryWriter(self.workdir, flush_secs=30)
+            self._events = _summary_writer_class()(self.workdir, flush_secs=30)
         try:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
