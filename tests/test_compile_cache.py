@@ -29,7 +29,14 @@ def test_jax_keeps_the_cache_within_its_own_limit():
     assert jax.config.jax_compilation_cache_dir == os.environ["JAX_COMPILATION_CACHE_DIR"]
 
 
-@pytest.mark.parametrize("flag", ["--xla_backend_optimization_level=1", "--xla_force_host_platform_device_count=2"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--xla_backend_optimization_level=1",
+        "--xla_cpu_use_fusion_emitters=false",
+        "--xla_force_host_platform_device_count=2",
+    ],
+)
 def test_the_tests_compile_with_the_flags_they_document(flag):
     assert flag in os.environ["XLA_FLAGS"].split()
     assert len(jax.devices()) == 2
