@@ -10,7 +10,6 @@ from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.runs import load_run
 from rank4jax.training.data_setup import prepare_data
-from rank4jax.training.loop import train
 from tests.helpers import numpy_params, tiny_config
 
 
@@ -93,15 +92,7 @@ def test_ls_denominator_matches_rank4_and_eos_is_in_the_selection_loss():
     assert float(b["window_tokens"]) == content + 3  # plus one EOS per window
 
 
-def test_baseline_trains_and_evaluates_through_the_shared_loop(tmp_path):
-    config = tiny_config(num_steps=4, **{"model_family": "baseline", "model.n_heads": 2})
-    summary = train(config, str(tmp_path))
-    assert summary["model_family"] == "baseline" and summary["step"] == 4
-    report = evaluate_run(str(tmp_path), split="validation", num_examples=2, rollout_steps=1)
-    assert np.isfinite(report["last_slice_ce"]) and len(report["examples"]) == 2
-
-
-def test_compare_writes_a_table_over_the_same_tokens(tmp_path):
+def test_compare_writes_a_table_over_the_same_tokens_and_the_baseline_runs_through_the_shared_loop(tmp_path):
     import json
 
     from rank4jax.experiments.compare import compare
@@ -125,6 +116,11 @@ def test_compare_writes_a_table_over_the_same_tokens(tmp_path):
     assert result["baseline_wide_params"] > result["baseline_params"]  # D = 16 against 8: a wider table
     assert json.loads((tmp_path / "compare.json").read_text())["delta"] == result["delta"]
     assert (tmp_path / "plots" / "compare_curves.png").is_file()
+    # the baseline's run is an ordinary run of the shared loop: its summary, and evaluate_run on it
+    summary = json.loads((tmp_path / "baseline" / "train_summary.json").read_text())
+    assert summary["model_family"] == "baseline" and summary["step"] == 2
+    report = evaluate_run(str(tmp_path / "baseline"), split="validation", num_examples=2, rollout_steps=1)
+    assert np.isfinite(report["last_slice_ce"]) and len(report["examples"]) == 2
 
 
 def test_compare_refuses_configs_with_different_windows(tmp_path):

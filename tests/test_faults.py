@@ -69,12 +69,14 @@ def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_pa
             assert first.poll() is None, first.communicate()[1][-2000:]
             assert time.time() < deadline, "the first run never started training"
             time.sleep(0.2)
+        os.kill(first.pid, signal.SIGSTOP)  # paused, it still holds its lock, and leaves the CPU to the second
         before = sorted(os.listdir(workdir))
         second = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=4"])
         _, err = second.communicate(timeout=120)
         assert second.returncode == 2 and "Traceback" not in err, err
         line = err.strip().splitlines()[-1]
         assert line.startswith(f"error: {workdir} is in use by pid {first.pid} on ") and "train.py" in line, line
+        os.kill(first.pid, signal.SIGCONT)
         assert first.poll() is None  # the holder carries on
         assert sorted(os.listdir(workdir)) == before  # the refused run wrote nothing
     finally:
