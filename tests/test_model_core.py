@@ -1,6 +1,7 @@
 """Exact-value tests of the rank-4 forward pass on tiny hand-checkable cases (SPEC §2–§4)."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import rank4jax
-from rank4jax.models.common import sinusoid_table
+from rank4jax.models.common import keep_mask, sinusoid_table
 from rank4jax.models.rank4.attention import attention_weights
 from rank4jax.models.rank4.embedding import apply_embedding
 from rank4jax.models.rank4.losses import last_slice_mean_ce
@@ -160,6 +161,17 @@ def test_forward_jits_and_dropout_is_independent():
     assert not np.allclose(np.asarray(t1), np.asarray(t2))
     with pytest.raises(ValueError, match="rng"):
         rank4jax.forward(params, x, cfg, train=True)
+
+
+def test_keep_mask_is_drawn_per_window_four_elements_per_threefry_hash():
+    keys = jax.random.split(jax.random.key(3), 3)
+    mask = keep_mask(keys, (3, 64, 128), 0.1)
+    np.testing.assert_array_equal(mask[1:2], keep_mask(keys[1:2], (1, 64, 128), 0.1))  # a window's own key
+    # keep probability round(0.9 · 2**16) / 2**16 = 0.899994; 3 · 8192 draws, 0.01 is five standard deviations
+    assert mask.dtype == jnp.bool_ and abs(float(mask.mean()) - 58982 / 2**16) < 0.01
+    text = jax.jit(lambda k: keep_mask(k, (3, 64, 128), 0.1)).lower(keys).as_text()
+    hashes = re.search(r"call @threefry2x32\(.*?\) : \((.*?)\) ->", text).group(1)
+    assert "tensor<1x2048xui32>" in hashes  # 8192 16-bit elements per window from 2048 64-bit hashes
 
 
 def test_paper_parameter_counts_without_allocating():

@@ -6,7 +6,9 @@ the rank-4 model still had separate full-width and compact forwards and ZPX was 
 branches; the single forward reproduced them (to 1e-12, up to commit 93d0bc5). Issue 29 changed
 the dropout draw on purpose (one key per window, so gradient accumulation gives the whole batch's
 masks), which changes every train-mode value; the file was regenerated then, from the code that had
-reproduced e06fc7a's. Today's model reproduces them for the standard and the ZPX score, on full
+reproduced e06fc7a's, and again when issue 28 drew the same 16-bit keep masks from a quarter of
+the threefry hashes (jax's original bit layout), by the code that had reproduced the previous
+file to 1e-12. Today's model reproduces them for the standard and the ZPX score, on full
 windows and on compact batches (checked against the full-width values), and the baseline's cached
 decode with the ZPX cache.
 """
