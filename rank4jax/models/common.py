@@ -73,8 +73,11 @@ def normalize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
     """LayerNorm over the last axis of ``x``; ``scale``/``bias`` are reshaped to that width."""
-    normed, _ = normalize(x)
-    return normed * scale.reshape(-1) + bias.reshape(-1)
+    # on one (rows, D) matrix, as the MLP: XLA:CPU computes the statistics and the scale and bias
+    # gradients of (1, R, D) rows (a compact batch) several times faster this way
+    rows = x.reshape(-1, x.shape[-1])
+    normed, _ = normalize(rows)
+    return (normed * scale.reshape(-1) + bias.reshape(-1)).reshape(x.shape)
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None, train: bool) -> jax.Array:
