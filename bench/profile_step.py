@@ -66,7 +66,7 @@ def profile_rank4jax(size: str, kind: str, layout: str) -> None:
         op_name = op_names.get(event["name"], "")
         parts[part_of(event["name"], op_name)] += event["dur"] / 1000 / STEPS
         if event["name"].startswith(("ynn_fusion", "xnn_fusion")):
-            fusions[op_name.split("/")[-1]] += event["dur"] / 1000 / STEPS
+            fusions[op_name.split("/")[-1] or "unnamed"] += event["dur"] / 1000 / STEPS
     print(f"rank4jax {size} {kind} {layout}: {1000 * seconds / STEPS:.1f} ms per step (wall)")
     print(f"  op time per step, both threads: {sum(parts.values()):.1f} ms")
     for part, ms in parts.most_common():
