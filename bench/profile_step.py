@@ -75,14 +75,11 @@ def profile_rank4jax(size: str, kind: str, layout: str) -> None:
 
 
 def profile_peer(script: str) -> None:
-    import importlib.util
-
     import torch
-    import torch.nn.functional as F
 
-    module_spec = importlib.util.spec_from_file_location("torch_rank4", script)
-    peer = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(peer)
+    from bench.torch_peer_windows import load_peer, peer_step
+
+    peer = load_peer(script)
     spec = SIZES["small"]
     torch.manual_seed(0)
     n, t, batch = spec["n_tokens"], spec["n_slices"], spec["batch"]
@@ -90,16 +87,7 @@ def profile_peer(script: str) -> None:
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
     win = torch.randint(4, spec["vocab_size"], (batch, t + 1, n), generator=torch.Generator().manual_seed(0))
     win[:, :, n - 3 :] = 0
-
-    def step():  # the peer's step, as in its script
-        logits = m(win[:, :-1])
-        tgt = win[:, 1:].transpose(1, 2)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
+    step = peer_step(m, opt, win)  # the peer's step, as in its script
     for _ in range(5):
         step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

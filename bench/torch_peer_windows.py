@@ -22,6 +22,29 @@ import torch
 import torch.nn.functional as F
 
 
+def load_peer(path: str):
+    """The peer's module (its ``Rank4`` model class), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("torch_rank4", path)
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    return peer
+
+
+def peer_step(m, opt, win):
+    """The peer's train step on windows ``win`` (B, T+1, N), verbatim; returns the loss."""
+
+    def step():
+        logits = m(win[:, :-1])
+        tgt = win[:, 1:].transpose(1, 2)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("peer")
@@ -31,23 +54,14 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--forward", action="store_true", help="time the eval-mode forward and loss instead")
     a = ap.parse_args()
-    spec = importlib.util.spec_from_file_location("torch_rank4", a.peer)
-    peer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(peer)
+    peer = load_peer(a.peer)
     torch.manual_seed(0)
     win = torch.from_numpy(np.load(a.windows).astype(np.int64)).to(a.device)  # (B, T+1, N)
     batch, n_states, n_tokens = win.shape
     m = peer.Rank4(a.V, a.dx, a.dt, a.H, a.L, n_tokens, n_states - 1).to(a.device)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.01)
 
-    def step():  # the peer's step, verbatim
-        logits = m(win[:, :-1])
-        tgt = win[:, 1:].transpose(1, 2)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
+    step = peer_step(m, opt, win)
 
     def forward():  # the eval step's counterpart: the eval-mode loss, no gradient
         with torch.no_grad():
