@@ -375,3 +375,27 @@ def test_a_resume_rewinds_metrics_to_its_checkpoint(tiny_run_copy):
     records = [json.loads(line) for line in lines]  # every line reads
     steps = [(r["split"], r["step"]) for r in records]
     assert sorted(steps) == sorted({*steps}) == sorted((s, n) for s in ("train", "validation") for n in (2, 4, 6))
+
+
+def test_event_files_are_written_without_importing_torch(tmp_path):
+    """tensorboardX imports torch whenever it is installed (seconds of start-up); the metrics writer
+    hides it for that import and leaves it importable. A fresh process, with a stand-in torch on the
+    path, so the check holds whether or not torch is installed."""
+    import subprocess
+    import sys
+
+    (tmp_path / "torch.py").write_text("IMPORTED = True\n")
+    script = (
+        "import sys\n"
+        "from rank4jax.training.metrics import MetricsWriter\n"
+        f"with MetricsWriter({str(tmp_path / 'run')!r}) as w:\n"
+        "    w.write({'step': 1, 'split': 'train', 'loss': 2.5})\n"
+        "assert 'torch' not in sys.modules, 'tensorboardX imported torch'\n"
+        "import torch\n"
+        "assert torch.IMPORTED\n"
+    )
+    os.makedirs(tmp_path / "run")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
