@@ -76,9 +76,9 @@ def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_pa
         assert second.returncode == 2 and "Traceback" not in err, err
         line = err.strip().splitlines()[-1]
         assert line.startswith(f"error: {workdir} is in use by pid {first.pid} on ") and "train.py" in line, line
+        assert sorted(os.listdir(workdir)) == before  # the refused run wrote nothing (the holder is paused)
         os.kill(first.pid, signal.SIGCONT)
         assert first.poll() is None  # the holder carries on
-        assert sorted(os.listdir(workdir)) == before  # the refused run wrote nothing
     finally:
         first.kill()
         first.communicate()
