@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from rank4jax.evaluation.evaluators import cloze_accuracy, context_donors
+from rank4jax.evaluation.evaluators import cloze_accuracy, context_donors, ending_priors
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.runs import load_run
@@ -61,6 +61,32 @@ def test_the_ending_only_rule_picks_the_ending_with_the_higher_prior():
     assert report["cloze_correct"]["mean_ce"] == [1, 0, 1] and report["cloze_contexts"] == 2
 
 
+def test_the_pmi_prior_splits_into_a_log_mean_and_a_jensen_gap_by_hand():
+    """Two stories, endings of one and two tokens, K = 2 lent contexts: the PMI prior log mean_k p(e | c_k)
+    is the mean of the logs plus the Jensen gap, log cosh(1) where the two lent log-likelihoods differ
+    by 2 and 0 where they agree. Story 0's right ending depends on its context and loses PMI to that
+    gap; the rule without it (geometric) picks it."""
+    from rank4jax.experiments.cloze_contexts import _rule_scores, jensen_gap_by_label
+
+    pairs = np.zeros((2, 2, 2, 4), np.int32)  # T = 1: a context, then the ending
+    pairs[:, 0, 1, :1], pairs[:, 1, 1, :2] = 9, 11  # ending 0: one token; ending 1: two
+    ce = np.array([[0.75, 0.5], [2.0, 1.0]])  # log p(e | c) = [[-0.75, -1], [-2, -2]]
+    other = np.array([[[1.0, 1.0], [1.0, 1.0]], [[3.0, 1.0], [1.0, 2.0]]])  # log p(e | c_k): see below
+    scores = ending_priors(pairs, ce, other)  # log p(e | c_0) = [[-1, -2], [-1, -2]], c_1: [[-3, -2], [-1, -4]]
+    np.testing.assert_array_equal(scores["log_mean_prior"], [[-2.0, -2.0], [-1.0, -3.0]])
+    gap = np.log(np.cosh(1.0))  # log((e^-1 + e^-3) / 2) + 2
+    np.testing.assert_allclose(scores["prior"] - scores["log_mean_prior"], [[gap, 0], [0, gap]], rtol=0, atol=1e-15)
+    rules = _rule_scores(scores)
+    np.testing.assert_allclose(rules["geometric"], [[1.25, 1.0], [-1.0, 1.0]], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rules["pmi"], [[1.25 - gap, 1.0], [-1.0, 1.0 - gap]], rtol=0, atol=1e-15)
+    labels = np.array([0, 1])
+    assert list(np.argmax(rules["pmi"], axis=1) == labels) == [False, True]
+    assert list(np.argmax(rules["geometric"], axis=1) == labels) == [True, True]
+    by_label = jensen_gap_by_label(scores, labels)
+    assert by_label["right_mean"] == pytest.approx(gap, abs=1e-15)
+    assert (by_label["wrong_mean"], by_label["right_larger"]) == (0.0, 1.0)
+
+
 def test_mcnemar_against_a_table_by_hand():
     first = [1, 1, 1, 1, 1, 0, 0, 1, 0, 1]  # right where only the first is: items 0, 1, 3, 4 (b = 4) ...
     second = [0, 0, 1, 0, 0, 1, 0, 1, 0, 1]  # ... only the second: item 5 (c = 1); both: 2, 7, 9
@@ -103,4 +129,6 @@ def test_context_spread_with_every_pool_lender_equals_the_evaluation(tiny_run_co
     for rule, key in (("pmi", "cloze_accuracy_normalised"), ("ending_only", "cloze_accuracy_ending_only")):
         assert (spread[rule]["min"], spread[rule]["max"]) == (report[key], report[key])  # every draw
         assert spread[rule]["mean"] == pytest.approx(report[key], abs=1e-15) and spread[rule]["std"] < 1e-15
+    assert spread["geometric"]["std"] < 1e-15  # the rule without the Jensen gap: no spread either
     assert spread["finite_pool_factor"] == 0.0
+    assert set(result["jensen_gap"]) == {"right_mean", "wrong_mean", "right_larger"}

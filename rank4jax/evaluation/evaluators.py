@@ -112,8 +112,9 @@ def cloze_scores(
 
     Returns ``mean_ce`` (W, 2), the first rule's score (lower wins), and, with two stories or more,
     ``pmi`` (W, 2), the second rule's (higher wins; see the module docstring), ``prior`` (W, 2), the
-    third's: log mean_k p(e | c_k), the ending's likelihood without its story (higher wins), and
-    ``contexts`` K. ``seed`` picks which K other stories lend their contexts."""
+    third's: log mean_k p(e | c_k), the ending's likelihood without its story (higher wins),
+    ``log_mean_prior`` (see :func:`ending_priors`) and ``contexts`` K. ``seed`` picks which K other
+    stories lend their contexts."""
     w, shape = len(pairs), pairs.shape[2:]
     ce = batched(score, params, pairs.reshape((2 * w,) + shape), batch_size).reshape(w, 2)
     out = {"mean_ce": ce}
@@ -136,11 +137,19 @@ def lent_context_scores(score, params, pairs: np.ndarray, lenders: np.ndarray, b
 
 def ending_priors(pairs: np.ndarray, ce: np.ndarray, other: np.ndarray) -> dict:
     """The PMI and ending-only scores (W, 2) from each ending's mean CE after its own context, ``ce``
-    (W, 2), and after K lent ones, ``other`` (K, W, 2)."""
+    (W, 2), and after K lent ones, ``other`` (K, W, 2). Also ``log_mean_prior`` (W, 2), mean_k log p(e | c_k):
+    ``prior`` less it is the Jensen gap (≥ 0), which grows with how much p(e | c_k) varies over the
+    lent contexts (``experiments.cloze_contexts`` measures what it does to the PMI rule)."""
     n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2) tokens of each ending
     log_p_own = -ce * n_tok  # log p(e | c), summed over the ending's tokens
-    log_p_prior = np.logaddexp.reduce(-other * n_tok, axis=0) - np.log(len(other))  # log mean_k p(e | c_k)
-    return {"pmi": log_p_own - log_p_prior, "prior": log_p_prior, "contexts": len(other)}
+    log_p_lent = -other * n_tok  # (K, W, 2) log p(e | c_k)
+    log_p_prior = np.logaddexp.reduce(log_p_lent, axis=0) - np.log(len(other))  # log mean_k p(e | c_k)
+    return {
+        "pmi": log_p_own - log_p_prior,
+        "prior": log_p_prior,
+        "log_mean_prior": np.mean(log_p_lent, axis=0),
+        "contexts": len(other),
+    }
 
 
 def cloze_accuracy(

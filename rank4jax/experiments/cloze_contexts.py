@@ -6,6 +6,13 @@ much the two rules' accuracies move with that choice. Every story's endings are 
 pool of P other stories' contexts; then, for each K, K of the P lenders are drawn ``draws`` times and
 each draw's accuracies computed. Draws from a finite pool overlap, which narrows the spread by
 about sqrt((P − K)/(P − 1)) (the finite-population correction, reported beside each K).
+
+What the PMI rule's prior does. log mean_k p(e | c_k) = mean_k log p(e | c_k) + J(e), where the
+Jensen gap J(e) ≥ 0 grows with how much the ending's likelihood varies over the lent contexts; so
+PMI = [log p(e | c) − mean_k log p(e | c_k)] − J(e) penalises the ending whose likelihood depends
+more on its context. This also reports the rule without that penalty ("geometric": the ending with
+the higher log p(e | c) − mean_k log p(e | c_k)) and, over the whole pool, how J differs between the
+right and the wrong endings.
 """
 
 from __future__ import annotations
@@ -40,11 +47,11 @@ def context_spread(
     rng = np.random.default_rng(seed + 1)
     by_k = {}
     for k in ks:
-        accuracies = {"pmi": [], "ending_only": []}
+        accuracies = {"pmi": [], "ending_only": [], "geometric": []}
         for _ in range(draws):
             scores = ending_priors(pairs, ce, other[rng.choice(pool, size=min(k, pool), replace=False)])
-            accuracies["pmi"].append(np.mean(np.argmax(scores["pmi"], axis=1) == labels))
-            accuracies["ending_only"].append(np.mean(np.argmax(scores["prior"], axis=1) == labels))
+            for rule, score_by_rule in _rule_scores(scores).items():
+                accuracies[rule].append(np.mean(np.argmax(score_by_rule, axis=1) == labels))
         by_k[k] = {rule: _spread(values) for rule, values in accuracies.items()}
         by_k[k]["finite_pool_factor"] = float(np.sqrt(max(pool - k, 0) / (pool - 1)))
     mean_ce = float(np.mean(np.argmin(ce, axis=1) == labels))
@@ -56,6 +63,27 @@ def context_spread(
         "draws": draws,
         "mean_ce": mean_ce,
         "by_k": by_k,
+        "jensen_gap": jensen_gap_by_label(ending_priors(pairs, ce, other), labels),
+    }
+
+
+def _rule_scores(scores: dict) -> dict:
+    """(W, 2) scores, higher wins, of the three rules that use lent contexts."""
+    geometric = scores["pmi"] + scores["prior"] - scores["log_mean_prior"]  # log p(e | c) − mean_k log p(e | c_k)
+    return {"pmi": scores["pmi"], "ending_only": scores["prior"], "geometric": geometric}
+
+
+def jensen_gap_by_label(scores: dict, labels: np.ndarray) -> dict:
+    """The Jensen gap J (W, 2) of :func:`~rank4jax.evaluation.evaluators.ending_priors`'s prior for the
+    right and the wrong endings: their means, and the share of stories where the right ending's J is
+    the larger (where the gap alone pushes PMI towards the wrong ending)."""
+    gap = scores["prior"] - scores["log_mean_prior"]
+    rows = np.arange(len(labels))
+    right, wrong = gap[rows, labels], gap[rows, 1 - labels]
+    return {
+        "right_mean": float(right.mean()),
+        "wrong_mean": float(wrong.mean()),
+        "right_larger": float(np.mean(right > wrong)),
     }
 
 
@@ -71,16 +99,24 @@ def _spread(values) -> dict:
 
 def spread_markdown(result: dict) -> str:
     """The table: one row per K, the two rules' mean ± standard deviation and range."""
+    rules = ("pmi", "ending_only", "geometric")
     rows = [
-        f"| {k} | {r['pmi']['mean']:.4f} ± {r['pmi']['std']:.4f} | {r['pmi']['min']:.4f}–{r['pmi']['max']:.4f} "
-        f"| {r['ending_only']['mean']:.4f} ± {r['ending_only']['std']:.4f} "
-        f"| {r['ending_only']['min']:.4f}–{r['ending_only']['max']:.4f} | {r['finite_pool_factor']:.2f} |"
+        f"| {k} | "
+        + " | ".join(f"{r[x]['mean']:.4f} ± {r[x]['std']:.4f} | {r[x]['min']:.4f}–{r[x]['max']:.4f}" for x in rules)
+        + f" | {r['finite_pool_factor']:.2f} |"
         for k, r in result["by_k"].items()
     ]
     head = (
         f"{result['workdir']} step {result['step']}: {result['stories']} stories, {result['draws']} draws of K "
         f"lenders from a pool of {result['pool']} (mean-CE rule: {result['mean_ce']:.4f})\n\n"
-        "| K | PMI mean ± sd | PMI range | ending-only mean ± sd | ending-only range | pool factor |\n"
-        "|---|---|---|---|---|---|"
+        "| K | PMI mean ± sd | PMI range | ending-only mean ± sd | ending-only range "
+        "| geometric mean ± sd | geometric range | pool factor |\n"
+        "|---|---|---|---|---|---|---|---|"
     )
-    return "\n".join([head, *rows])
+    gap = result["jensen_gap"]
+    foot = (
+        f"\nJensen gap of the PMI prior over the whole pool: right endings {gap['right_mean']:.4f}, wrong "
+        f"{gap['wrong_mean']:.4f} nats on average; the right ending's is the larger in {gap['right_larger']:.4f} "
+        "of the stories."
+    )
+    return "\n".join([head, *rows, foot])
