@@ -4,12 +4,14 @@ their contexts (issue 26), for K = 8, 32, 64 by default:
     python cloze_contexts.py --workdir=runs/compare_roc/rank4 --cloze_data=../shared/data/storycloze_val_2016.csv
 
 Scores every story's endings after a pool of --pool other stories' contexts once, then draws K of them
---draws times. Writes <workdir>/eval/cloze_contexts_step<N>.json and prints the table.
+--draws times. Writes <workdir>/eval/cloze_contexts_step<N>.json (the table's figures) and .npz (every
+story's scores, for further analysis) and prints the table.
 """
 
 import json
 import os
 
+import numpy as np
 from absl import app, flags, logging
 
 from rank4jax.cli import parse_flags, run_reporting_user_errors
@@ -36,7 +38,9 @@ def main(argv):
     )
     out_dir = os.path.join(_WORKDIR.value, "eval")
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"cloze_contexts_step{result['step']}.json"), "w", encoding="utf-8") as f:
+    stem = os.path.join(out_dir, f"cloze_contexts_step{result['step']}")
+    np.savez_compressed(stem + ".npz", **result.pop("per_story"))
+    with open(stem + ".json", "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
     print(spread_markdown(result))
 

@@ -132,3 +132,10 @@ def test_context_spread_with_every_pool_lender_equals_the_evaluation(tiny_run_co
     assert spread["geometric"]["std"] < 1e-15  # the rule without the Jensen gap: no spread either
     assert spread["finite_pool_factor"] == 0.0
     assert set(result["jensen_gap"]) == {"right_mean", "wrong_mean", "right_larger"}
+    arrays = result["per_story"]  # what the command saves beside its table
+    assert (arrays["own_ce"].shape, arrays["lent_ce"].shape, arrays["pairs"].shape[:2]) == (
+        (10, 2),
+        (5, 10, 2),
+        (10, 2),
+    )
+    assert arrays["labels"].tolist() == [i % 2 for i in range(10)]

@@ -36,7 +36,10 @@ def context_spread(
     seed: int = 0,
 ) -> dict:
     """For each K in ``ks``: the mean, standard deviation, minimum and maximum over ``draws`` draws
-    of K lenders (from a pool of ``pool``) of the PMI and ending-only accuracies on ``cloze_data``."""
+    of K lenders (from a pool of ``pool``) of the PMI, ending-only and geometric accuracies on
+    ``cloze_data``. ``per_story`` holds the arrays they come from, for further analysis: each ending's
+    mean CE after its own story (W, 2) and after each lender's context (P, W, 2), the labels (W,) and
+    the scored windows (W, 2, T+1, N)."""
     run, params, evaluators = restore_for_evaluation(workdir, step)
     stories = prepare_split(run.config, run.tokenizer, "all", path=cloze_data)[0]
     pairs, labels = cloze_windows(stories, run.tokenizer, run.model_cfg.n_tokens, run.model_cfg.n_slices)
@@ -64,6 +67,7 @@ def context_spread(
         "mean_ce": mean_ce,
         "by_k": by_k,
         "jensen_gap": jensen_gap_by_label(ending_priors(pairs, ce, other), labels),
+        "per_story": {"own_ce": ce, "lent_ce": other, "labels": labels, "pairs": pairs},
     }
 
 
