@@ -96,4 +96,5 @@ def get_config() -> ml_collections.ConfigDict:
     # validated step is then checkpointed, so a resumed run stops at the same step.
     c.early_stop_patience = 0
     c.progress_bar = True
+    c.plots = True  # draw plots/curves.png at the end of each run (matplotlib; ``python -m rank4jax.training.metrics``)
     return c

@@ -85,7 +85,7 @@ def tiny_run(tmp_path_factory):
     from tests.helpers import tiny_config
 
     workdir = tmp_path_factory.mktemp("tiny_run")
-    train(tiny_config(), str(workdir))
+    train(tiny_config(plots=True), str(workdir))  # with its curves (test_plot_command redraws them)
     return workdir
 
 

@@ -29,6 +29,7 @@ def tiny_config(**overrides):
     c.keep_checkpoints = 2
     c.optim.warmup_steps = 0
     c.progress_bar = False
+    c.plots = False  # about 0.3 s a run; the tests of the curves turn it on
     c.compact_buckets = 8  # the loop tests run the rank-4 fast path (test_compact checks it against 0)
     c.batch_layout = "rule"  # unmeasured: the first enabled layout (test_layout_choice measures)
     family = overrides.pop("model_family", "rank4")

@@ -30,7 +30,7 @@ def test_storycloze_train_and_eval_loss_falls(tmp_path, cloze_path):
     config = tiny_config(**{
         "data.source": "file", "data.path": cloze_path, "tokenizer.lowercase": True,
         "model.n_tokens": 12, "model.dx": 8, "model.dt": 4, "num_steps": 40, "log_every": 10,
-        "eval_every": 20, "checkpoint_every": 20, "optim.learning_rate": 3e-3, "batch_size": 16,
+        "eval_every": 20, "checkpoint_every": 20, "optim.learning_rate": 3e-3, "batch_size": 16, "plots": True,
     })  # fmt: skip
     summary = train(config, str(tmp_path))
     metrics = read_metrics(str(tmp_path))

@@ -124,7 +124,8 @@ def _train_record(pending: list, step: int, since: float, batch_size: int, resum
 
 
 def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: float) -> dict:
-    """``train_summary.json`` (merged with the previous run's when this one resumed) and the curves."""
+    """``train_summary.json`` (merged with the previous run's when this one resumed) and, unless
+    ``config.plots`` is off, the curves."""
     summary_path = os.path.join(run.workdir, SUMMARY_FILE)
     previous = {}
     if start > 0 and os.path.isfile(summary_path):
@@ -151,5 +152,6 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
     if run.is_main:
         with open(summary_path, "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
-        plot_curves(run.workdir)
+        if run.config.plots:
+            plot_curves(run.workdir)
     return summary
