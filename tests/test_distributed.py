@@ -23,7 +23,7 @@ FLAGS = {  # tiny_config's values, as command-line overrides
     "data.builtin_stories": 200, "model.n_tokens": 8, "model.dx": 4, "model.dt": 2, "model.n_heads": 2,
     "model.n_layers": 1, "batch_size": 8, "eval_batch_size": 16, "num_steps": STEPS, "log_every": 2,
     "eval_every": 2, "checkpoint_every": 2, "keep_checkpoints": 2, "optim.warmup_steps": 0,
-    "progress_bar": False,
+    "progress_bar": False, "plots": False,
 }  # fmt: skip
 
 

@@ -37,6 +37,7 @@ TINY_FLAGS = (
     "--config.batch_size=8",
     "--config.eval_batch_size=16",
     "--config.progress_bar=False",
+    "--config.plots=False",
     "--config.batch_layout=rule",
 )
 
