@@ -15,7 +15,7 @@ from rank4jax.evaluation.report import evaluate_run
 from rank4jax.runs import load_run
 from rank4jax.training.data_setup import prepare_split
 from rank4jax.training.loop import train
-from rank4jax.training.metrics import read_metrics
+from rank4jax.training.metrics import read_metrics, training_seconds
 from tests.helpers import compile_log, tiny_config
 
 
@@ -75,6 +75,8 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
     assert [r["step"] for r in logged] == [2, 4]  # no validation at the signal
     resumed = train(config, str(tmp_path / "split"))
     assert resumed["step"] == 6
+    logged = read_metrics(str(tmp_path / "split"))["train"]  # both processes' intervals, each timed
+    assert [r["step"] for r in logged] == [2, 4, 5, 6] and all(r["interval_s"] > 0 for r in logged)  # 5: at the signal
     a = load_run(str(tmp_path / "full"), "latest").params
     b = load_run(str(tmp_path / "split"), "latest").params
     _params_close(a, b, atol=1e-6)
@@ -246,6 +248,18 @@ def test_bad_config_values(tmp_path, overrides, match):
 def test_missing_data_path(tmp_path):
     with pytest.raises(DataError, match="not found: .*missing.csv"):
         train(tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "missing.csv")}), str(tmp_path))
+
+
+def test_training_seconds_sum_the_logged_intervals_of_every_start():
+    records = [  # a record from before interval_s was logged: 2 steps × 8 windows at 8 windows/s
+        {"step": 2, "interval_s": 3.0, "windows_per_s": 1.0},
+        {"step": 4, "windows_per_s": 8.0},
+        {"step": 6, "interval_s": 0.5, "windows_per_s": 99.0},
+    ]
+    assert training_seconds(records, batch_size=8) == 5.5
+    assert training_seconds(records, batch_size=8, until_step=4) == 5.0
+    assert training_seconds(records, batch_size=8, until_step=3) == 3.0
+    assert training_seconds([], batch_size=8) == 0.0
 
 
 def test_plot_command(tiny_run_copy):

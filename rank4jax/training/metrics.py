@@ -109,6 +109,23 @@ def steady_ms_per_step(workdir: str, batch_size: int) -> float:
     return 1e3 * batch_size / rates[len(rates) // 2] if rates else float("nan")
 
 
+def training_seconds(train_records: list[dict], batch_size: int, until_step: int | None = None) -> float:
+    """Wall seconds of the logged training intervals up to ``until_step`` (every one when None), over
+    every process that trained the run: a resumed run's records continue the ones its checkpoint
+    kept, so a process killed without writing its summary loses nothing here. Each interval runs from
+    the end of the previous one (validation passes excluded, each start's compilation included).
+    Records written before ``interval_s`` was logged: their steps since the previous record × batch /
+    windows_per_s."""
+    total, previous = 0.0, 0
+    for record in train_records:
+        if until_step is not None and record["step"] > until_step:
+            break
+        steps = record["step"] - previous
+        total += record.get("interval_s", steps * batch_size / record["windows_per_s"])
+        previous = record["step"]
+    return total
+
+
 def read_metrics(workdir: str) -> dict[str, list[dict]]:
     """{split: records sorted by step}, last record per (split, step)."""
     path = os.path.join(workdir, METRICS_FILE)

@@ -120,6 +120,7 @@ def _train_record(pending: list, step: int, since: float, batch_size: int, resum
         "update_norm": float(np.mean([m["update_norm"] for m in fetched])),  # the interval,
         "param_norm": float(fetched[-1]["param_norm"]),  # parameters after its last step
         "windows_per_s": len(fetched) * batch_size / max(seconds, 1e-9),
+        "interval_s": seconds,  # the interval's wall time (metrics.training_seconds sums them)
     }
 
 
