@@ -66,7 +66,7 @@ def test_the_pmi_prior_splits_into_a_log_mean_and_a_jensen_gap_by_hand():
     is the mean of the logs plus the Jensen gap, log cosh(1) where the two lent log-likelihoods differ
     by 2 and 0 where they agree. Story 0's right ending depends on its context and loses PMI to that
     gap; the rule without it (geometric) picks it."""
-    from rank4jax.experiments.cloze_contexts import _rule_scores, jensen_gap_by_label
+    from rank4jax.experiments.cloze_contexts import jensen_gap_by_label, rule_scores
 
     pairs = np.zeros((2, 2, 2, 4), np.int32)  # T = 1: a context, then the ending
     pairs[:, 0, 1, :1], pairs[:, 1, 1, :2] = 9, 11  # ending 0: one token; ending 1: two
@@ -76,7 +76,7 @@ def test_the_pmi_prior_splits_into_a_log_mean_and_a_jensen_gap_by_hand():
     np.testing.assert_array_equal(scores["log_mean_prior"], [[-2.0, -2.0], [-1.0, -3.0]])
     gap = np.log(np.cosh(1.0))  # log((e^-1 + e^-3) / 2) + 2
     np.testing.assert_allclose(scores["prior"] - scores["log_mean_prior"], [[gap, 0], [0, gap]], rtol=0, atol=1e-15)
-    rules = _rule_scores(scores)
+    rules = rule_scores(scores)
     np.testing.assert_allclose(rules["geometric"], [[1.25, 1.0], [-1.0, 1.0]], rtol=0, atol=1e-15)
     np.testing.assert_allclose(rules["pmi"], [[1.25 - gap, 1.0], [-1.0, 1.0 - gap]], rtol=0, atol=1e-15)
     labels = np.array([0, 1])

@@ -53,7 +53,7 @@ def context_spread(
         accuracies = {"pmi": [], "ending_only": [], "geometric": []}
         for _ in range(draws):
             scores = ending_priors(pairs, ce, other[rng.choice(pool, size=min(k, pool), replace=False)])
-            for rule, score_by_rule in _rule_scores(scores).items():
+            for rule, score_by_rule in rule_scores(scores).items():
                 accuracies[rule].append(np.mean(np.argmax(score_by_rule, axis=1) == labels))
         by_k[k] = {rule: _spread(values) for rule, values in accuracies.items()}
         by_k[k]["finite_pool_factor"] = float(np.sqrt(max(pool - k, 0) / (pool - 1)))
@@ -71,7 +71,7 @@ def context_spread(
     }
 
 
-def _rule_scores(scores: dict) -> dict:
+def rule_scores(scores: dict) -> dict:
     """(W, 2) scores, higher wins, of the three rules that use lent contexts."""
     geometric = scores["pmi"] + scores["prior"] - scores["log_mean_prior"]  # log p(e | c) − mean_k log p(e | c_k)
     return {"pmi": scores["pmi"], "ending_only": scores["prior"], "geometric": geometric}
@@ -102,7 +102,7 @@ def _spread(values) -> dict:
 
 
 def spread_markdown(result: dict) -> str:
-    """The table: one row per K, the two rules' mean ± standard deviation and range."""
+    """The table: one row per K, each rule's mean ± standard deviation and range; the Jensen gap below."""
     rules = ("pmi", "ending_only", "geometric")
     rows = [
         f"| {k} | "
