@@ -66,7 +66,7 @@ def test_the_pmi_prior_splits_into_a_log_mean_and_a_jensen_gap_by_hand():
     is the mean of the logs plus the Jensen gap, log cosh(1) where the two lent log-likelihoods differ
     by 2 and 0 where they agree. Story 0's right ending depends on its context and loses PMI to that
     gap; the rule without it (geometric) picks it."""
-    from rank4jax.experiments.cloze_contexts import jensen_gap_by_label, rule_scores
+    from rank4jax.experiments.cloze_contexts import contrast_by_label, jensen_gap_by_label, rule_scores
 
     pairs = np.zeros((2, 2, 2, 4), np.int32)  # T = 1: a context, then the ending
     pairs[:, 0, 1, :1], pairs[:, 1, 1, :2] = 9, 11  # ending 0: one token; ending 1: two
@@ -85,6 +85,13 @@ def test_the_pmi_prior_splits_into_a_log_mean_and_a_jensen_gap_by_hand():
     by_label = jensen_gap_by_label(scores, labels)
     assert by_label["right_mean"] == pytest.approx(gap, abs=1e-15)
     assert (by_label["wrong_mean"], by_label["right_larger"]) == (0.0, 1.0)
+    # the contrast per token: mean lent CE less own CE = [[1.25, 0.5], [-1, 0.5]]; summed: the geometric scores
+    contrast = contrast_by_label(pairs, ce, other, labels)
+    assert (contrast["per_token_right"], contrast["per_token_wrong"]) == (0.875, -0.25)
+    assert (contrast["per_token_accuracy"], contrast["summed_accuracy"], contrast["equal_length_pairs"]) == (1, 1, 0)
+    assert np.isnan(contrast["summed_accuracy_equal_length"])
+    assert (contrast["tokens_right"], contrast["tokens_wrong"]) == (1.5, 1.5)  # 1 and 2 tokens; 2 and 1
+    assert (contrast["right_longer"], contrast["right_shorter"]) == (0.5, 0.5)
 
 
 def test_mcnemar_against_a_table_by_hand():
@@ -132,6 +139,7 @@ def test_context_spread_with_every_pool_lender_equals_the_evaluation(tiny_run_co
     assert spread["geometric"]["std"] < 1e-15  # the rule without the Jensen gap: no spread either
     assert spread["finite_pool_factor"] == 0.0
     assert set(result["jensen_gap"]) == {"right_mean", "wrong_mean", "right_larger"}
+    assert result["contrast"]["summed_accuracy"] == pytest.approx(spread["geometric"]["mean"], abs=1e-15)  # one rule
     arrays = result["per_story"]  # what the command saves beside its table
     assert (arrays["own_ce"].shape, arrays["lent_ce"].shape, arrays["pairs"].shape[:2]) == (
         (10, 2),

@@ -22,6 +22,7 @@ import numpy as np
 from rank4jax.data.windows import cloze_windows
 from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
 from rank4jax.evaluation.report import restore_for_evaluation
+from rank4jax.tokens import PAD_ID
 from rank4jax.training.data_setup import prepare_split
 
 
@@ -67,6 +68,7 @@ def context_spread(
         "mean_ce": mean_ce,
         "by_k": by_k,
         "jensen_gap": jensen_gap_by_label(ending_priors(pairs, ce, other), labels),
+        "contrast": contrast_by_label(pairs, ce, other, labels),
         "per_story": {"own_ce": ce, "lent_ce": other, "labels": labels, "pairs": pairs},
     }
 
@@ -88,6 +90,33 @@ def jensen_gap_by_label(scores: dict, labels: np.ndarray) -> dict:
         "right_mean": float(right.mean()),
         "wrong_mean": float(wrong.mean()),
         "right_larger": float(np.mean(right > wrong)),
+    }
+
+
+def contrast_by_label(pairs: np.ndarray, ce: np.ndarray, other: np.ndarray, labels: np.ndarray) -> dict:
+    """The context contrast log p(e | c) − mean_k log p(e | c_k) over the whole pool, per token of the
+    ending and summed over them (the geometric rule), for the right and the wrong endings; the
+    accuracy of picking the higher one per token and summed (and summed on the equal-length pairs);
+    and the endings' lengths (PMI sums over tokens, so a contrast alike per token favours the longer)."""
+    n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2)
+    per_token = np.mean(other, axis=0) - ce  # mean CE after lent contexts less after its own story
+    summed = per_token * n_tok
+    rows = np.arange(len(labels))
+    right, wrong = (rows, labels), (rows, 1 - labels)
+    same = n_tok[:, 0] == n_tok[:, 1]
+    return {
+        "per_token_right": float(per_token[right].mean()),
+        "per_token_wrong": float(per_token[wrong].mean()),
+        "per_token_accuracy": float(np.mean(np.argmax(per_token, axis=1) == labels)),
+        "summed_accuracy": float(np.mean(np.argmax(summed, axis=1) == labels)),
+        "summed_accuracy_equal_length": (
+            float(np.mean(np.argmax(summed[same], axis=1) == labels[same])) if same.any() else float("nan")
+        ),
+        "equal_length_pairs": int(same.sum()),
+        "tokens_right": float(n_tok[right].mean()),
+        "tokens_wrong": float(n_tok[wrong].mean()),
+        "right_longer": float(np.mean(n_tok[right] > n_tok[wrong])),
+        "right_shorter": float(np.mean(n_tok[right] < n_tok[wrong])),
     }
 
 
@@ -122,5 +151,14 @@ def spread_markdown(result: dict) -> str:
         f"\nJensen gap of the PMI prior over the whole pool: right endings {gap['right_mean']:.4f}, wrong "
         f"{gap['wrong_mean']:.4f} nats on average; the right ending's is the larger in {gap['right_larger']:.4f} "
         "of the stories."
+    )
+    c = result["contrast"]
+    foot += (
+        f"\nContext contrast log p(e | c) − mean_k log p(e | c_k) over the pool, per token: right endings "
+        f"{c['per_token_right']:.4f}, wrong {c['per_token_wrong']:.4f} nats; picking the higher per token "
+        f"{c['per_token_accuracy']:.4f}, summed {c['summed_accuracy']:.4f} ({c['summed_accuracy_equal_length']:.4f} on "
+        f"the {c['equal_length_pairs']} equal-length pairs); tokens right {c['tokens_right']:.2f}, wrong "
+        f"{c['tokens_wrong']:.2f}; the right ending the longer in {c['right_longer']:.4f} of the stories, the "
+        f"shorter in {c['right_shorter']:.4f}."
     )
     return "\n".join([head, *rows, foot])
