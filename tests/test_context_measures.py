@@ -86,7 +86,7 @@ def test_the_pmi_prior_splits_into_a_log_mean_and_a_jensen_gap_by_hand():
     assert by_label["right_mean"] == pytest.approx(gap, abs=1e-15)
     assert (by_label["wrong_mean"], by_label["right_larger"]) == (0.0, 1.0)
     # the contrast per token: mean lent CE less own CE = [[1.25, 0.5], [-1, 0.5]]; summed: the geometric scores
-    contrast = contrast_by_label(pairs, ce, other, labels)
+    contrast = contrast_by_label(scores, labels)
     assert (contrast["per_token_right"], contrast["per_token_wrong"]) == (0.875, -0.25)
     assert (contrast["per_token_accuracy"], contrast["summed_accuracy"], contrast["equal_length_pairs"]) == (1, 1, 0)
     assert np.isnan(contrast["summed_accuracy_equal_length"])

@@ -137,7 +137,8 @@ def lent_context_scores(score, params, pairs: np.ndarray, lenders: np.ndarray, b
 
 def ending_priors(pairs: np.ndarray, ce: np.ndarray, other: np.ndarray) -> dict:
     """The PMI and ending-only scores (W, 2) from each ending's mean CE after its own context, ``ce``
-    (W, 2), and after K lent ones, ``other`` (K, W, 2). Also ``log_mean_prior`` (W, 2), mean_k log p(e | c_k):
+    (W, 2), and after K lent ones, ``other`` (K, W, 2); ``tokens`` (W, 2) the endings' lengths. Also
+    ``log_mean_prior`` (W, 2), mean_k log p(e | c_k):
     ``prior`` less it is the Jensen gap (≥ 0), which grows with how much p(e | c_k) varies over the
     lent contexts (``experiments.cloze_contexts`` measures what it does to the PMI rule)."""
     n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2) tokens of each ending
@@ -148,6 +149,7 @@ def ending_priors(pairs: np.ndarray, ce: np.ndarray, other: np.ndarray) -> dict:
         "pmi": log_p_own - log_p_prior,
         "prior": log_p_prior,
         "log_mean_prior": np.mean(log_p_lent, axis=0),
+        "tokens": n_tok,
         "contexts": len(other),
     }
 

@@ -22,7 +22,6 @@ import numpy as np
 from rank4jax.data.windows import cloze_windows
 from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
 from rank4jax.evaluation.report import restore_for_evaluation
-from rank4jax.tokens import PAD_ID
 from rank4jax.training.data_setup import prepare_split
 
 
@@ -55,20 +54,20 @@ def context_spread(
         for _ in range(draws):
             scores = ending_priors(pairs, ce, other[rng.choice(pool, size=min(k, pool), replace=False)])
             for rule, score_by_rule in rule_scores(scores).items():
-                accuracies[rule].append(np.mean(np.argmax(score_by_rule, axis=1) == labels))
+                accuracies[rule].append(_accuracy(score_by_rule, labels))
         by_k[k] = {rule: _spread(values) for rule, values in accuracies.items()}
         by_k[k]["finite_pool_factor"] = float(np.sqrt(max(pool - k, 0) / (pool - 1)))
-    mean_ce = float(np.mean(np.argmin(ce, axis=1) == labels))
+    whole_pool = ending_priors(pairs, ce, other)
     return {
         "workdir": workdir,
         "step": run.step,
         "stories": w,
         "pool": pool,
         "draws": draws,
-        "mean_ce": mean_ce,
+        "mean_ce": _accuracy(-ce, labels),  # the lower mean CE after its own story
         "by_k": by_k,
-        "jensen_gap": jensen_gap_by_label(ending_priors(pairs, ce, other), labels),
-        "contrast": contrast_by_label(pairs, ce, other, labels),
+        "jensen_gap": jensen_gap_by_label(whole_pool, labels),
+        "contrast": contrast_by_label(whole_pool, labels),
         "per_story": {"own_ce": ce, "lent_ce": other, "labels": labels, "pairs": pairs},
     }
 
@@ -83,9 +82,7 @@ def jensen_gap_by_label(scores: dict, labels: np.ndarray) -> dict:
     """The Jensen gap J (W, 2) of :func:`~rank4jax.evaluation.evaluators.ending_priors`'s prior for the
     right and the wrong endings: their means, and the share of stories where the right ending's J is
     the larger (where the gap alone pushes PMI towards the wrong ending)."""
-    gap = scores["prior"] - scores["log_mean_prior"]
-    rows = np.arange(len(labels))
-    right, wrong = gap[rows, labels], gap[rows, 1 - labels]
+    right, wrong = _right_wrong(scores["prior"] - scores["log_mean_prior"], labels)
     return {
         "right_mean": float(right.mean()),
         "wrong_mean": float(wrong.mean()),
@@ -93,31 +90,40 @@ def jensen_gap_by_label(scores: dict, labels: np.ndarray) -> dict:
     }
 
 
-def contrast_by_label(pairs: np.ndarray, ce: np.ndarray, other: np.ndarray, labels: np.ndarray) -> dict:
-    """The context contrast log p(e | c) − mean_k log p(e | c_k) over the whole pool, per token of the
-    ending and summed over them (the geometric rule), for the right and the wrong endings; the
-    accuracy of picking the higher one per token and summed (and summed on the equal-length pairs);
-    and the endings' lengths (PMI sums over tokens, so a contrast alike per token favours the longer)."""
-    n_tok = np.sum(pairs[:, :, -1] != PAD_ID, axis=-1)  # (W, 2)
-    per_token = np.mean(other, axis=0) - ce  # mean CE after lent contexts less after its own story
-    summed = per_token * n_tok
-    rows = np.arange(len(labels))
-    right, wrong = (rows, labels), (rows, 1 - labels)
-    same = n_tok[:, 0] == n_tok[:, 1]
+def contrast_by_label(scores: dict, labels: np.ndarray) -> dict:
+    """The context contrast log p(e | c) − mean_k log p(e | c_k) of ``ending_priors`` scores (the
+    geometric rule), summed over the ending's tokens and per token, for the right and the wrong
+    endings; the accuracy of picking the higher one per token and summed (and summed on the
+    equal-length pairs); and the endings' lengths (PMI sums over tokens, so a contrast alike per
+    token favours the longer ending)."""
+    tokens = scores["tokens"]
+    summed = rule_scores(scores)["geometric"]
+    per_token = summed / np.maximum(tokens, 1)
+    (right, wrong), (tokens_right, tokens_wrong) = _right_wrong(per_token, labels), _right_wrong(tokens, labels)
+    same = tokens_right == tokens_wrong
     return {
-        "per_token_right": float(per_token[right].mean()),
-        "per_token_wrong": float(per_token[wrong].mean()),
-        "per_token_accuracy": float(np.mean(np.argmax(per_token, axis=1) == labels)),
-        "summed_accuracy": float(np.mean(np.argmax(summed, axis=1) == labels)),
-        "summed_accuracy_equal_length": (
-            float(np.mean(np.argmax(summed[same], axis=1) == labels[same])) if same.any() else float("nan")
-        ),
+        "per_token_right": float(right.mean()),
+        "per_token_wrong": float(wrong.mean()),
+        "per_token_accuracy": _accuracy(per_token, labels),
+        "summed_accuracy": _accuracy(summed, labels),
+        "summed_accuracy_equal_length": _accuracy(summed[same], labels[same]) if same.any() else float("nan"),
         "equal_length_pairs": int(same.sum()),
-        "tokens_right": float(n_tok[right].mean()),
-        "tokens_wrong": float(n_tok[wrong].mean()),
-        "right_longer": float(np.mean(n_tok[right] > n_tok[wrong])),
-        "right_shorter": float(np.mean(n_tok[right] < n_tok[wrong])),
+        "tokens_right": float(tokens_right.mean()),
+        "tokens_wrong": float(tokens_wrong.mean()),
+        "right_longer": float(np.mean(tokens_right > tokens_wrong)),
+        "right_shorter": float(np.mean(tokens_right < tokens_wrong)),
     }
+
+
+def _right_wrong(values: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """values (W, 2) → each story's value for its right ending and for its wrong one, (W,) each."""
+    rows = np.arange(len(labels))
+    return values[rows, labels], values[rows, 1 - labels]
+
+
+def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The share of stories whose higher-scoring ending (scores (W, 2)) is the right one."""
+    return float(np.mean(np.argmax(scores, axis=1) == labels))
 
 
 def _spread(values) -> dict:
