@@ -17,7 +17,6 @@ from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models.family import FAMILIES
-from rank4jax.training.metrics import training_seconds
 from rank4jax.training.run_config import to_json_dict
 
 SAME_SECTIONS = ("data", "tokenizer", "seed")
@@ -99,10 +98,8 @@ def summarise(runs: dict, split: str) -> dict:
         result |= {
             f"{name}_ls": run.report["last_slice_ce"],
             f"{name}_params": run.summary["parameters"],
-            f"{name}_wall_s": training_seconds(run.curves.get("train", []), run.config.batch_size),
-            f"{name}_time_to_best_s": training_seconds(
-                run.curves.get("train", []), run.config.batch_size, until_step=run.summary["best_step"]
-            ),
+            f"{name}_wall_s": run.summary["training_time_s"],
+            f"{name}_time_to_best_s": run.summary["training_time_to_best_s"],
             f"{name}_best_val_ls": run.best_val_ls,
             f"{name}_best_step": run.summary["best_step"],
         }

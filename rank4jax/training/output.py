@@ -13,7 +13,14 @@ from tqdm.auto import tqdm
 
 from rank4jax.errors import TrainingDivergedError
 from rank4jax.models.flops import train_flops_per_window
-from rank4jax.training.metrics import SUMMARY_FILE, MetricsWriter, plot_curves, rewind_metrics
+from rank4jax.training.metrics import (
+    SUMMARY_FILE,
+    MetricsWriter,
+    plot_curves,
+    read_metrics,
+    rewind_metrics,
+    training_seconds,
+)
 from rank4jax.training.utilization import bf16_peak_flops, utilization
 
 
@@ -124,6 +131,17 @@ def _train_record(pending: list, step: int, since: float, batch_size: int, resum
     }
 
 
+def _training_time(run) -> dict:
+    """The run's training time over every start (``metrics.training_seconds``), in all and to its
+    best checkpoint (None without one). A killed process never writes its summary, so the summary's
+    wall_time_total_s misses it; its logged intervals stay in metrics.jsonl."""
+    records, best = read_metrics(run.workdir).get("train", []), run.ckpt.best_step()
+    return {
+        "training_time_s": training_seconds(records, run.config.batch_size),
+        "training_time_to_best_s": None if best is None else training_seconds(records, run.config.batch_size, best),
+    }
+
+
 def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: float) -> dict:
     """``train_summary.json`` (merged with the previous run's when this one resumed) and, unless
     ``config.plots`` is off, the curves."""
@@ -145,6 +163,7 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
         "early_stopped": actions.early.stopped,  # stopped by early_stop_patience before num_steps
         "wall_time_s": elapsed,
         "wall_time_total_s": float(previous.get("wall_time_total_s", 0.0)) + elapsed,  # across resumptions
+        **_training_time(run),  # from the logged intervals: kept however an earlier process ended
         "final_validation": actions.last_val if ran else previous.get("final_validation"),
         "batch_layout": run.layout.name,  # what the train step consumed: full, trimmed or compact batches
         "compiled_train_step": step_fn.peak_memory() if ran else previous.get("compiled_train_step"),
