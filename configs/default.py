@@ -43,6 +43,9 @@ def get_config() -> ml_collections.ConfigDict:
     c.model.n_layers = 2
     c.model.dropout = 0.1
     c.model.attention = "autodiff"
+    # The slices the training loss averages over: "all", S(1..T) (the paper's), or "last", S(T) only (an
+    # extra: with no temporal mask the targets S(1..T-1) are visible input sentences). Part of the identity.
+    c.model.objective_slices = "all"
     c.model.zpx = ml_collections.ConfigDict()  # ZPX geometric attention scores (seed 001)
     c.model.zpx.score = "standard"  # standard | zpx_angle | zpx_angle_sphere
     c.model.zpx.channels = 8  # C phase channels
@@ -95,6 +98,11 @@ def get_config() -> ml_collections.ConfigDict:
     # Stop after this many validations without improvement of the selection loss (0 = off); every
     # validated step is then checkpointed, so a resumed run stops at the same step.
     c.early_stop_patience = 0
+    # The validation loss that selects the best checkpoint and drives early stopping: "window" (the
+    # paper's: the family's window loss, for the rank-4 model the mean CE over every target of
+    # S(1..T), three quarters of them copies of visible input sentences) or "last_slice" (LS(T), the
+    # mean CE over the content tokens of S(T); an extra). Part of the run's identity.
+    c.selection = "window"
     c.progress_bar = True
     c.plots = True  # draw plots/curves.png at the end of each run (matplotlib; ``python -m rank4jax.training.metrics``)
     return c

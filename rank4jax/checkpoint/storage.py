@@ -1,7 +1,7 @@
 """orbax-checkpoint storage of a run: train state, grain iterator state, run config and tokenizer.
 
 Every checkpoint is self-contained (``eval.py`` needs only the workdir). One preservation policy
-keeps the latest ``keep`` checkpoints *and* the best by validation window loss — a best-only policy
+keeps the latest ``keep`` checkpoints *and* the best by the validation selection loss — a best-only policy
 could delete the newest checkpoint and break resume. What to do with an unreadable checkpoint is
 ``rank4jax.checkpoint.damage``; rebuilding a run from one is ``rank4jax.runs``.
 """
@@ -27,7 +27,29 @@ from rank4jax.checkpoint.damage import LIBRARY_NOISE, CheckpointDamaged, check_f
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 
+# A validated checkpoint's metrics: the run's selection loss (config.selection) under SELECTION_METRIC,
+# with the validation window loss and LS(T) beside it. Checkpoints written before selection became a
+# setting carry only "val_window_ce", which was then always the selection loss.
+SELECTION_METRIC = "val_selection"
 BEST_METRIC = "val_window_ce"
+
+
+def selection_value(metrics: dict):
+    """A checkpoint's selection loss from its saved metrics (None: not there)."""
+    value = metrics.get(SELECTION_METRIC, metrics.get(BEST_METRIC))
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def checkpoint_metrics(validation: dict, selection_key: str) -> dict:
+    """What a validated checkpoint carries: its selection loss (``validation[selection_key]``), the
+    window loss and LS(T)."""
+    return {
+        SELECTION_METRIC: validation[selection_key],
+        BEST_METRIC: validation["window_ce"],
+        "val_last_slice_ce": validation["last_slice_ce"],
+    }
+
+
 METRICS_ITEM = "metrics"  # the manager's own item: checkpoints/<step>/metrics/metrics
 
 
@@ -133,11 +155,11 @@ class _Manager(ocp.CheckpointManager):
             metrics = super()._get_metrics(step)
         except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             metrics = e
-        if metrics is None or (isinstance(metrics, dict) and isinstance(metrics.get(BEST_METRIC), int | float)):
+        if metrics is None or (isinstance(metrics, dict) and selection_value(metrics) is not None):
             return metrics
         if (str(self.directory), step) not in self._warned:
             self._warned.add((str(self.directory), step))
-            why = reason(metrics) if isinstance(metrics, BaseException) else f"no {BEST_METRIC} in {metrics!r:.60}"
+            why = reason(metrics) if isinstance(metrics, BaseException) else f"no {SELECTION_METRIC} in {metrics!r:.60}"
             say(
                 f"rank4jax: warning: checkpoint {step}'s validation loss is unreadable ({why}); "
                 "not a candidate for best"
@@ -155,14 +177,12 @@ class RunCheckpoints:
         policy = pp.AnyPreservationPolicy(
             [
                 pp.LatestN(n=keep),
-                pp.BestN(
-                    get_metric_fn=lambda m: m[BEST_METRIC], reverse=True, n=1, keep_checkpoints_without_metrics=False
-                ),
+                pp.BestN(get_metric_fn=selection_value, reverse=True, n=1, keep_checkpoints_without_metrics=False),
             ]
         )
         options = ocp.CheckpointManagerOptions(
             preservation_policy=policy,
-            best_fn=lambda m: m[BEST_METRIC],  # also makes the manager store each checkpoint's metrics
+            best_fn=selection_value,  # also makes the manager store each checkpoint's metrics
             best_mode="min",
             create=not read_only,
             read_only=read_only,
@@ -211,15 +231,15 @@ class RunCheckpoints:
         return sorted(self.manager.all_steps())
 
     def best_step(self) -> int | None:
-        """The step with the lowest validation window loss by the manager's own ``best_fn``
+        """The step with the lowest validation selection loss by the manager's own ``best_fn``
         bookkeeping (the latest if no checkpoint carries a metric, e.g. only preemption saves)."""
         best = self.manager.best_step()
         return self.latest_step() if best is None else best
 
     def metric(self, step: int) -> float | None:
-        """The validation window loss a checkpoint carries (None: saved without one, or unreadable)."""
+        """The validation selection loss a checkpoint carries (None: saved without one, or unreadable)."""
         metrics = self.manager.metrics(step)
-        return None if metrics is None else float(metrics[BEST_METRIC])
+        return None if metrics is None else float(selection_value(metrics))
 
     def add_metric(self, step: int, metrics: dict) -> None:
         """Give a saved checkpoint the metrics it was saved without, through the handler the manager
@@ -231,9 +251,9 @@ class RunCheckpoints:
         self.manager.reload()
 
     def best_metric(self) -> tuple[int, float] | None:
-        """(step, validation window loss) of the best checkpoint that carries one, else None."""
+        """(step, validation selection loss) of the best checkpoint that carries one, else None."""
         best = self.manager.best_step()
-        return None if best is None else (best, float(self.manager.metrics(best)[BEST_METRIC]))
+        return None if best is None else (best, float(selection_value(self.manager.metrics(best))))
 
     def reached_preemption(self, step: int) -> bool:
         """True at the step every process of a multi-process run agreed to stop at after a

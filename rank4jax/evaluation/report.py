@@ -26,6 +26,7 @@ from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
+from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
@@ -87,6 +88,8 @@ def evaluate_run(
         "truncated_sentences": window_set.n_truncated,  # cut to N tokens
         "unk_rate": round(window_set.unk_rate, 4),  # of the windows' real tokens
         "selection_loss": run.family.selection_loss,  # what "window_ce" measures for this family
+        "selection": run.config.selection,  # the validation loss that selected the step: window or LS(T)
+        "objective": objective_label(run.model_cfg),  # what the training loss averaged
     }
     if not len(window_set.windows):
         report["note"] = "no windows in this split"

@@ -61,18 +61,25 @@ def run_all(
     results = {}
     for name, config in configs.items():
         run_dir = os.path.join(workdir, name)
-        summary = train(config, run_dir)
-        if summary["interrupted"]:  # stop here: no evaluation of a half-trained run, no next stage
-            raise StageInterrupted(
-                f"stage {name!r} ({run_dir}) interrupted by {summary['interrupted']} at step {summary['step']}; "
-                "its checkpoint is saved: rerun the same command to resume from there",
-                summary["interrupted"],
-            )
+        summary = train_stage(name, config, run_dir)
         options = {"num_examples": num_examples, "rollout_steps": rollout_steps, "cloze_contexts": cloze_contexts}
         report = evaluate_run(run_dir, split=split, **options)
         extra = {label: evaluate_run(run_dir, **kwargs) for label, kwargs in (extra_evals or {}).items()}
         results[name] = RunResult(name, run_dir, config, summary, report, read_metrics(run_dir), extra)
     return results
+
+
+def train_stage(name: str, config: ml_collections.ConfigDict, run_dir: str) -> dict:
+    """Train (or resume) one named run; its summary. An interrupted one stops the command
+    (:class:`StageInterrupted`): no evaluation of a half-trained run, no next stage."""
+    summary = train(config, run_dir)
+    if summary["interrupted"]:
+        raise StageInterrupted(
+            f"stage {name!r} ({run_dir}) interrupted by {summary['interrupted']} at step {summary['step']}; "
+            "its checkpoint is saved: rerun the same command to resume from there",
+            summary["interrupted"],
+        )
+    return summary
 
 
 def write_outputs(workdir: str, stem: str, result, table: str) -> None:

@@ -19,7 +19,8 @@ import numpy as np
 from rank4jax.data.pipeline import eval_batches
 from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models import splm, stream
-from rank4jax.models.family import get_family
+from rank4jax.models.family import run_param_count
+from rank4jax.models.sizes import closest
 from rank4jax.runs import load_run
 from rank4jax.training.data_setup import prepare_data
 from rank4jax.training.run_config import model_section
@@ -28,47 +29,28 @@ ATTENTION_HEADS = 2  # the matched attention LM's heads (the SPLM has none); its
 CARD = {"attention": 7.81, "splm_mlp": 9.70, "splm_gaussian": 16.33}  # TinyStories validation PPL
 
 
-def _count(config: ml_collections.ConfigDict, vocab_size: int) -> int:
-    family = get_family(config.model_family)
-    return family.count_params(family.make_config(config.model, vocab_size))
-
-
-def _closest(candidates: range, count, target: int):
-    """The candidate whose parameter count is closest to ``target`` (the first on a tie), for a count
-    that grows with the candidate: a bisection, ~log2(len) counts instead of one per candidate."""
-    lo, hi = 0, len(candidates) - 1
-    while lo < hi:  # the first candidate whose count reaches the target (or the last)
-        mid = (lo + hi) // 2
-        if count(candidates[mid]) >= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    around = [candidates[i] for i in (lo - 1, lo) if 0 <= i < len(candidates)]
-    return min(around, key=lambda c: abs(count(c) - target))
-
-
 def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
     """{"splm_gaussian", "splm_mlp", "attention"} run configs, sized to the Gaussian's parameter count."""
     gaussian = copy.deepcopy(base)
     gaussian.model_family, gaussian.model.splm.potential = "splm", "gaussian"
-    target = _count(gaussian, vocab_size)
+    target = run_param_count(gaussian, vocab_size)
     mlp = copy.deepcopy(gaussian)
     mlp.model.splm.potential = "mlp"
 
     def with_hidden(width):
         mlp.model.splm.mlp_hidden = width
-        return _count(mlp, vocab_size)
+        return run_param_count(mlp, vocab_size)
 
-    mlp.model.splm.mlp_hidden = _closest(range(8, 4097, 8), with_hidden, target)
+    mlp.model.splm.mlp_hidden = closest(range(8, 4097, 8), with_hidden, target)
     attention = copy.deepcopy(gaussian)
     attention.model_family = "baseline_lm"
     attention.model = model_section("baseline_lm", gaussian.model, n_heads=ATTENTION_HEADS, dropout=0.0)
 
     def with_layers(layers):
         attention.model.n_layers = layers
-        return _count(attention, vocab_size)
+        return run_param_count(attention, vocab_size)
 
-    attention.model.n_layers = _closest(range(1, 33), with_layers, target)
+    attention.model.n_layers = closest(range(1, 33), with_layers, target)
     return {"attention": attention, "splm_mlp": mlp, "splm_gaussian": gaussian}
 
 

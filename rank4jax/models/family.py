@@ -78,9 +78,19 @@ class ModelFamily:
     # cfg → analytic FLOPs of one window's forward (``rank4jax.models.flops``); None: not counted
     forward_flops: Callable[[Any], int] | None = None
 
+    def selection_label(self, selection: str = "window") -> str:
+        """What a run's selection loss measures (``SELECTIONS``): this family's window loss, or LS(T)."""
+        return self.selection_loss if selection == "window" else "LS(T)"
+
+
+# a run's selection loss (config.selection): the validation metric that picks its best checkpoint and
+# drives early stopping → the evaluators' key. "window": the family's window loss (the paper's);
+# "last_slice": LS(T), the mean CE over the content tokens of S(T) (an extra, comparable across families)
+SELECTIONS = {"window": "window_ce", "last_slice": "last_slice_ce"}
+
 
 # each family's model section: required keys, then optional ones with their defaults
-RANK4_SECTION = (SIZES + ("n_heads", "dropout"), {"attention": "autodiff", "zpx": None})
+RANK4_SECTION = (SIZES + ("n_heads", "dropout"), {"attention": "autodiff", "zpx": None, "objective_slices": "all"})
 BASELINE_SECTION = (SIZES + ("n_heads", "dropout"), {"teacher_forcing": False, "zpx": None})
 BASELINE_LM_SECTION = (SIZES + ("n_heads", "dropout"), {"zpx": None})
 SPLM_SECTION = (SIZES, {"splm": None})
@@ -100,7 +110,8 @@ def _rank4_config(section: Mapping, vocab_size: int | None) -> rank4.Rank4Config
 def _rank4_loss_sums(params, batch, cfg, *, train=False, rng=None) -> dict:
     """``batch``: windows (B, T+1, N' ≤ N) or a compact batch (``rank4jax.models.rank4.layout``)."""
     sums, aux = rank4.loss_sums(params, batch, cfg, train=train, rng=rng)
-    return with_objective(sums, aux, cfg.score.aux_weight)
+    over = "window" if cfg.objective_slices == "all" else "last_slice"  # S(1..T), the paper's, or S(T)
+    return with_objective(sums, aux, cfg.score.aux_weight, over)
 
 
 def _rank4_last_slice_ce(params, windows, cfg, logits=None):
@@ -259,6 +270,19 @@ SPLM = _stream_family(
 )
 
 FAMILIES = {f.name: f for f in (RANK4, BASELINE, BASELINE_LM, SPLM)}
+
+
+def run_param_count(config, vocab_size: int) -> int:
+    """The parameter count of a run config's model at a vocabulary size (``jax.eval_shape``)."""
+    family = get_family(config.model_family)
+    return family.count_params(family.make_config(config.model, vocab_size))
+
+
+def objective_label(model_cfg) -> str:
+    """What a model's training objective averages over, in words (the rank-4 ``objective_slices``;
+    the other families train on their window loss)."""
+    slices = getattr(model_cfg, "objective_slices", None)
+    return {None: "the family's window loss", "all": "every target of S(1..T)", "last": "S(T) only"}[slices]
 
 
 def get_family(name: str) -> ModelFamily:

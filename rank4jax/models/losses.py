@@ -32,10 +32,14 @@ def ce_sums(ce: jax.Array, correct: jax.Array, mask: jax.Array, last: jax.Array)
     }
 
 
-def with_objective(sums: dict, aux=0.0, aux_weight: float = 1.0) -> dict:
-    """The sums and the training objective: the mean selection CE, plus ``aux_weight`` times a
-    family's auxiliary term (a score variant's regulariser, the SPLM's potential penalty)."""
-    objective = sums["window_ce_sum"] / jnp.maximum(sums["window_tokens"], 1)
+OBJECTIVE_OVER = ("window", "last_slice")  # the sums a training objective can average
+
+
+def with_objective(sums: dict, aux=0.0, aux_weight: float = 1.0, over: str = "window") -> dict:
+    """The sums and the training objective: the mean CE over the ``over`` targets ("window": the
+    family's selection-loss targets; "last_slice": the content tokens of S(T)), plus ``aux_weight``
+    times a family's auxiliary term (a score variant's regulariser, the SPLM's potential penalty)."""
+    objective = sums[f"{over}_ce_sum"] / jnp.maximum(sums[f"{over}_tokens"], 1)
     return sums | {"objective": objective + aux_weight * aux}
 
 

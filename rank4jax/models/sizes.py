@@ -42,3 +42,17 @@ def validate_window_model(cfg) -> None:
         raise ConfigError(f"vocab_size must be at least 4 (PAD, UNK, BOS, EOS), got {cfg.vocab_size}")
     if hasattr(cfg, "dropout"):
         object.__setattr__(cfg, "dropout", check_dropout("dropout", cfg.dropout))
+
+
+def closest(candidates, count, target: int):
+    """The candidate whose ``count(candidate)`` (a parameter count growing with the candidate) is
+    closest to ``target``, the first on a tie: a bisection, ~log2(len) counts instead of one each."""
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:  # the first candidate whose count reaches the target (or the last)
+        mid = (lo + hi) // 2
+        if count(candidates[mid]) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    around = [candidates[i] for i in (lo - 1, lo) if 0 <= i < len(candidates)]
+    return min(around, key=lambda c: abs(count(c) - target))

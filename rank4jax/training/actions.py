@@ -8,8 +8,9 @@ import signal
 import jax
 import numpy as np
 
-from rank4jax.checkpoint.storage import BEST_METRIC
+from rank4jax.checkpoint.storage import checkpoint_metrics
 from rank4jax.errors import TrainingDivergedError
+from rank4jax.models.family import SELECTIONS
 
 
 class PeriodicActions:
@@ -17,6 +18,7 @@ class PeriodicActions:
         self.run, self.out, self.early, self.stop = run, out, early, stop
         self.last_val = None  # every checkpoint carries its validation loss
         self.interrupted = None  # the signal's name when one stopped the run
+        self.selection = SELECTIONS[run.config.selection]  # the validation metric that selects
 
     def __call__(self, step: int, state, batches) -> bool:
         """The actions after ``step``; True when the run stops here."""
@@ -38,7 +40,7 @@ class PeriodicActions:
         signalled = self.stop.signal is not None
         if signalled or step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
             self.run.lock.check(step)  # still this run's workdir: nothing is written otherwise
-            metric = {BEST_METRIC: self.last_val["window_ce"]} if validate_now else None  # a validated step's
+            metric = checkpoint_metrics(self.last_val, self.selection) if validate_now else None  # a validated step's
             ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
         if signalled:
             self.interrupted = self.stop.name
@@ -53,8 +55,8 @@ class PeriodicActions:
             return
         metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
         self.run.lock.check(step)
-        ckpt.add_metric(step, {BEST_METRIC: metrics["window_ce"]})
-        self.out.say(f"step {step}: its checkpoint carried no validation loss: {metrics['window_ce']:.4f} added")
+        ckpt.add_metric(step, checkpoint_metrics(metrics, self.selection))
+        self.out.say(f"step {step}: its checkpoint carried no validation loss: {metrics[self.selection]:.4f} added")
 
     def validate(self, step: int, state) -> None:
         with jax.profiler.TraceAnnotation("evaluation"):  # named in a profile (training.profiling)
@@ -63,8 +65,8 @@ class PeriodicActions:
             raise TrainingDivergedError(f"validation loss is {metrics['window_ce']} at step {step}; not saved")
         self.out.log_validation(step, metrics)
         self.last_val = metrics
-        if self.early.update(step, metrics["window_ce"]):
+        if self.early.update(step, metrics[self.selection]):
             self.out.say(
-                f"step {step}: stopping early: no improvement of the validation {self.run.family.selection_loss} "
+                f"step {step}: stopping early: no improvement of the validation {self.run.selection_label} "
                 f"in {self.early.patience} validations (best {self.early.best:.4f} at step {self.early.best_step})"
             )

@@ -12,6 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rank4jax.errors import TrainingDivergedError
+from rank4jax.models.family import objective_label
 from rank4jax.models.flops import train_flops_per_window
 from rank4jax.training.metrics import (
     SUMMARY_FILE,
@@ -92,6 +93,7 @@ class Output:
         self.say(
             f"step {step}: val {self.run.family.selection_loss} {metrics['window_ce']:.4f}, "
             f"LS(T) {metrics['last_slice_ce']:.4f}, token acc {metrics['token_accuracy']:.3f}"
+            + ("" if self.run.config.selection == "window" else " (selected on LS(T))")
         )
         self.since = time.perf_counter()  # the validation pass is not training time
 
@@ -156,6 +158,8 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
         "workdir": os.path.abspath(run.workdir),
         "model_family": run.family.name,
         "selection_loss": run.family.selection_loss,  # what "window_ce" measures for this family
+        "selection": run.config.selection,  # which validation loss selects: "window" or "last_slice" (LS(T))
+        "objective": objective_label(run.model_cfg),  # what the training loss averages
         "parameters": run.n_params,
         "step": final_step,
         "best_step": run.ckpt.best_step(),

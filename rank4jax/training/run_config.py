@@ -12,14 +12,17 @@ import numbers
 import ml_collections
 
 from rank4jax.errors import ConfigError
-from rank4jax.models.family import get_family
+from rank4jax.models.family import SELECTIONS, get_family
 from rank4jax.models.precision import check_compute_dtype
 from rank4jax.models.sizes import check_dropout, check_positive_int
 from rank4jax.training.batches import SETTINGS
 from rank4jax.training.sharding import mesh_shape
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
-IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data")
+IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data", "selection")
+# Identity keys added after workdirs were written without them: absent from a saved config, they read
+# as this default (an older workdir resumes under the default, and is refused under another value).
+ADDED_IDENTITY_DEFAULTS = {("selection",): "window", ("model", "objective_slices"): "all"}
 
 
 def _check_nonnegative(name: str, value) -> None:
@@ -40,6 +43,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)
+    if config.get("selection", "window") not in SELECTIONS:
+        raise ConfigError(f"selection must be one of {', '.join(SELECTIONS)}, got {config.selection!r}")
     for name in ("trim_padding_multiple", "compact_buckets", "early_stop_patience"):
         value = config.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -129,7 +134,7 @@ def to_json_dict(config: ml_collections.ConfigDict) -> dict:
 
 def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
     """Fields in the identity sections where a saved run config differs from ``config``."""
-    current = to_json_dict(config)
+    saved, current = _with_added_defaults(saved), _with_added_defaults(to_json_dict(config))
     diffs = []
     for section in IDENTITY_SECTIONS:
         a, b = saved.get(section), current.get(section)
@@ -140,6 +145,24 @@ def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list
         elif a != b:
             diffs.append(f"{section}: checkpoint has {a!r}, this run has {b!r}")
     return diffs
+
+
+def _with_added_defaults(config: dict) -> dict:
+    """A config dict with the later-added identity keys it lacks set to their defaults (only where
+    the key applies: ``model.objective_slices`` to the rank-4 family's section)."""
+    config = dict(config)
+    for path, default in ADDED_IDENTITY_DEFAULTS.items():
+        if path == ("model", "objective_slices") and config.get("model_family") != "rank4":
+            continue
+        *parents, key = path
+        holder = config
+        for name in parents:
+            if not isinstance(holder.get(name), dict):
+                break
+            holder[name] = holder = dict(holder[name])
+        else:
+            holder.setdefault(key, default)
+    return config
 
 
 FINGERPRINT_KEY = "data_fingerprint"  # beside the sections of a saved config: the data's contents
@@ -164,7 +187,7 @@ def data_fingerprint(config: ml_collections.ConfigDict) -> str | None:
 
 
 def from_json_dict(saved: dict) -> ml_collections.ConfigDict:
-    saved = {k: v for k, v in saved.items() if k != FINGERPRINT_KEY}
+    saved = {k: v for k, v in _with_added_defaults(saved).items() if k != FINGERPRINT_KEY}
     config = ml_collections.ConfigDict(saved)
     config.data.split = tuple(config.data.split)
     return config

@@ -55,6 +55,11 @@ class Run:
         return self.data.tokenizer
 
     @property
+    def selection_label(self) -> str:
+        """What this run's selection loss measures (``config.selection``)."""
+        return self.family.selection_label(self.config.selection)
+
+    @property
     def is_main(self) -> bool:
         return jax.process_index() == 0
 

@@ -9,6 +9,9 @@ from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import validate_window_model
 
 ATTENTION_MODES = ("autodiff", "analytic")  # "analytic": the §6 hand-derived backward as a custom VJP
+# the slices the training loss covers: "all" S(1..T) (the paper, SPEC §4) or "last" S(T) only (an
+# extra: with no temporal mask the targets S(1..T-1) are visible in the input, so "all" is 3/4 copies)
+OBJECTIVE_SLICES = ("all", "last")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +29,14 @@ class Rank4Config:
     dropout: float = 0.1
     attention: str = "autodiff"
     score: object = STANDARD  # attention-score variant (rank4jax.models.scores): the paper's, or a ZPXConfig
+    objective_slices: str = "all"  # OBJECTIVE_SLICES: what the training objective averages over
 
     def __post_init__(self):
         validate_window_model(self)
         if self.attention not in ATTENTION_MODES:
             raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
+        if self.objective_slices not in OBJECTIVE_SLICES:
+            raise ConfigError(f"objective_slices must be one of {OBJECTIVE_SLICES}, got {self.objective_slices!r}")
         if self.attention == "analytic" and self.score != STANDARD:
             raise ConfigError("the analytic (§6) backward covers the standard score only; use attention='autodiff'")
 

@@ -1,0 +1,418 @@
+"""The size ladder (issue 35): each model family at its own learning rate, at several sizes, every run
+to its validation optimum, on the same windows.
+
+Families (``FAMILIES``):
+
+- ``rank4``: the paper's model, objective and selection (every target of S(1..T), the validation
+  window loss); the reported comparison;
+- ``rank4_last``: the same model trained on S(T) alone and selected on the validation LS(T) (an extra);
+- ``baseline``: the 1-D causal baseline (SPEC §7), free-running, matched to the rank-4 model's
+  parameter count at each rung (the paper's comparison);
+- ``baseline_lm``: the same transformer as a standard teacher-forced causal LM over every token of the
+  story, matched the same way (``model_family="baseline_lm"``): the reference a reader would pick
+  instead. Its LS(T) is teacher-forced (each token of S(T) after the gold ones before it), where the
+  rank-4 model predicts every token of S(T) at once and the free-running baseline after its own.
+
+Two stages, each an ordinary set of resumable runs under one workdir:
+
+1. **sweep** (``sweep/<family>_lr<rate>``): every family at the base config's size, once per rate, for
+   the same number of steps; each family's rate is the one with the lowest validation selection
+   loss (``pick_rates``), unless given.
+2. **ladder** (``d<D>/<family>``): every family at every rank-4 fiber width D = dx·dt, at its rate,
+   with early stopping (every run to its validation optimum).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+
+import ml_collections
+
+from rank4jax.errors import ConfigError
+from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
+from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
+from rank4jax.experiments.compare import CLOZE_RULES
+from rank4jax.experiments.runner import run_all, train_stage, write_outputs
+from rank4jax.models.family import SELECTIONS, run_param_count
+from rank4jax.models.sizes import closest
+from rank4jax.training.data_setup import prepare_data
+from rank4jax.training.metrics import SUMMARY_FILE, read_metrics
+from rank4jax.training.run_config import model_section
+
+FAMILIES = {  # name → (model family, what it is)
+    "rank4": ("rank4", "rank-4, the paper's objective and selection"),
+    "rank4_last": ("rank4", "rank-4, objective S(T) only, selected on LS(T) (extra)"),
+    "baseline": ("baseline", "1-D baseline, free-running, parameter-matched"),
+    "baseline_lm": ("baseline_lm", "teacher-forced causal LM on every token, parameter-matched (reference)"),
+}
+RATES = (3e-4, 1e-3, 3e-3)
+WIDTHS = (64, 128, 256)
+MATCHED_HEADS = 2  # the baselines' heads at every rung (their width must divide by it)
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderPlan:
+    """What the ladder runs: the families, the sweep's rates and steps, the rungs' widths and the
+    step cap and patience of the rungs' early stopping."""
+
+    families: tuple[str, ...] = tuple(FAMILIES)
+    rates: tuple[float, ...] = RATES
+    sweep_steps: int = 4000
+    widths: tuple[int, ...] = WIDTHS
+    max_steps: int = 60000
+    patience: int = 4
+
+
+def check_plan(plan: LadderPlan) -> None:
+    """One ConfigError naming the first bad setting of a plan."""
+    if not plan.families or len(set(plan.families)) != len(plan.families):
+        raise ConfigError(f"the ladder's families must be distinct and at least one, got {plan.families}")
+    if not plan.rates or any(not r > 0 for r in plan.rates):
+        raise ConfigError(f"the sweep's learning rates must be positive and at least one, got {plan.rates}")
+    if not plan.widths:
+        raise ConfigError("the ladder needs at least one width")
+    for width in plan.widths:
+        fiber(width)
+    for name in ("sweep_steps", "max_steps", "patience"):
+        if getattr(plan, name) < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {getattr(plan, name)}")
+
+
+def fiber(width: int) -> tuple[int, int]:
+    """(dx, dt) of a rank-4 fiber of width D = dx·dt with dx = D/dt and dt the power of two at or above
+    sqrt(D/2) (dx:dt between 1:1 and 2:1; the paper's 64:32 is 2:1): 64 → 8·8, 128 → 16·8, 256 → 16·16,
+    512 → 32·16."""
+    if not isinstance(width, int) or width < 2 or width & (width - 1):
+        raise ConfigError(f"a ladder width must be a power of two of at least 2, got {width!r}")
+    dt = 2 ** math.ceil(math.log2(math.sqrt(width / 2)))
+    return width // dt, dt
+
+
+def rank4_config(base: ml_collections.ConfigDict, width: int, name: str = "rank4") -> ml_collections.ConfigDict:
+    """The base rank-4 config at fiber width ``width``; ``rank4_last`` with the S(T) objective and the
+    LS(T) selection."""
+    config = copy.deepcopy(base)
+    config.model.dx, config.model.dt = fiber(width)
+    if name == "rank4_last":
+        config.model.objective_slices, config.selection = "last", "last_slice"
+    return config
+
+
+def matched_config(rank4: ml_collections.ConfigDict, name: str, vocab_size: int) -> ml_collections.ConfigDict:
+    """A baseline family's config (``name``: baseline | baseline_lm) on the rank-4 config's windows, its
+    width (a multiple of its heads; dx = D / 2, dt = 2) the one whose parameter count is closest to the
+    rank-4 model's."""
+    family = FAMILIES[name][0]
+    config = copy.deepcopy(rank4)
+    config.model_family = family
+    extra = {"teacher_forcing": False} if family == "baseline" else {}
+    config.model = model_section(family, rank4.model, n_heads=MATCHED_HEADS, **extra)
+    target = run_param_count(rank4, vocab_size)
+
+    def with_width(width: int) -> int:
+        config.model.dx, config.model.dt = width // 2, 2
+        return run_param_count(config, vocab_size)
+
+    width = closest(range(2 * MATCHED_HEADS, 8193, 2 * MATCHED_HEADS), with_width, target)
+    with_width(width)
+    return config
+
+
+def family_config(base, name: str, width: int, vocab_size: int) -> ml_collections.ConfigDict:
+    if name not in FAMILIES:
+        raise ConfigError(f"ladder family must be one of {', '.join(FAMILIES)}, got {name!r}")
+    rank4 = rank4_config(base, width, "rank4_last" if name == "rank4_last" else "rank4")
+    return rank4 if FAMILIES[name][0] == "rank4" else matched_config(rank4, name, vocab_size)
+
+
+def base_width(base: ml_collections.ConfigDict) -> int:
+    return base.model.dx * base.model.dt
+
+
+def sweep_name(name: str, rate: float) -> str:
+    return f"sweep/{name}_lr{rate:g}"
+
+
+def rung_name(name: str, width: int) -> str:
+    return f"d{width}/{name}"
+
+
+def sweep_configs(base, plan: LadderPlan, vocab_size: int, given: dict) -> dict:
+    """``sweep/<family>_lr<rate>`` → config, at the base size, for each family whose rate is not given."""
+    configs = {}
+    for name in plan.families:
+        if name in given:
+            continue
+        for rate in plan.rates:
+            config = family_config(base, name, base_width(base), vocab_size)
+            config.optim.learning_rate = rate
+            config.num_steps, config.early_stop_patience = plan.sweep_steps, 0
+            configs[sweep_name(name, rate)] = config
+    return configs
+
+
+def rung_configs(base, plan: LadderPlan, vocab_size: int, rates: dict) -> dict:
+    """``d<D>/<family>`` → config: every family at every width at its rate, with early stopping."""
+    configs = {}
+    for width in plan.widths:
+        for name in plan.families:
+            config = family_config(base, name, width, vocab_size)
+            config.optim.learning_rate = rates[name]
+            config.num_steps, config.early_stop_patience = plan.max_steps, plan.patience
+            configs[rung_name(name, width)] = config
+    return configs
+
+
+def best_selection_loss(run_dir: str, config: ml_collections.ConfigDict) -> float:
+    """The lowest validation selection loss a run logged (``config.selection``); inf with none."""
+    key = SELECTIONS[config.selection]
+    return min((r[key] for r in read_metrics(run_dir).get("validation", [])), default=math.inf)
+
+
+def pick_rates(sweep: dict, losses: dict, plan: LadderPlan, given: dict) -> dict:
+    """Each family's rate: the given one, else the sweep rate with the lowest validation selection
+    loss (``losses``: sweep run name → that loss)."""
+    rates = dict(given)
+    for name in plan.families:
+        if name not in rates:
+            rates[name] = min(plan.rates, key=lambda r, n=name: losses[sweep_name(n, r)])
+    return rates
+
+
+def plan_runs(base, workdir: str, plan: LadderPlan, given: dict, vocab_size: int) -> tuple[dict, dict | None]:
+    """(sweep configs, rung configs) — the rungs None while a sweep run they need has not finished."""
+    sweep = sweep_configs(base, plan, vocab_size, given)
+    losses = {}
+    for name, config in sweep.items():
+        run_dir = os.path.join(workdir, name)
+        finished = _finished_step(run_dir) == config.num_steps
+        losses[name] = best_selection_loss(run_dir, config) if finished else None
+    if any(loss is None for loss in losses.values()):
+        return sweep, None
+    return sweep, rung_configs(base, plan, vocab_size, pick_rates(sweep, losses, plan, given))
+
+
+def _finished_step(run_dir: str) -> int | None:
+    """The step a run's summary says it ended at (None: no summary yet)."""
+    try:
+        with open(os.path.join(run_dir, SUMMARY_FILE), encoding="utf-8") as f:
+            return json.load(f).get("step")
+    except (OSError, ValueError):
+        return None
+
+
+def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evaluate=None) -> dict | None:
+    """Train what is not finished — the sweep, then the rungs at the picked rates — and, unless
+    ``only`` names one run to train, evaluate every rung (``evaluate(rungs, rates)`` → the report).
+    ``given``: family → learning rate, for families that skip the sweep."""
+    given = dict(given or {})
+    vocab_size = prepare_data(base, None).tokenizer.vocab_size
+    sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
+    known = {**sweep, **(rungs or {})}
+    if only is not None:
+        if only not in known:
+            hint = "" if rungs is not None else " (the rungs are known once the sweep has finished)"
+            raise ConfigError(f"--only={only!r} is not a run of this ladder{hint}; its runs: {', '.join(known)}")
+        train_stage(only, known[only], os.path.join(workdir, only))
+        return None
+    for name, config in sweep.items():
+        train_stage(name, config, os.path.join(workdir, name))
+    sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
+    return evaluate(workdir, rungs) if evaluate is not None else None
+
+
+def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts: int = CLOZE_CONTEXTS):
+    """``evaluate(workdir, rungs)``: train what is left of the rungs, evaluate each selected checkpoint
+    on ``split`` (and every story of ``cloze_data``), write ladder.json, ladder.md and the plot."""
+    if cloze_data is not None and not os.path.isfile(cloze_data):
+        raise ConfigError(f"--cloze_data: file not found: {cloze_data}")
+
+    def evaluate(workdir: str, rungs: dict) -> dict:
+        options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
+        extra = {"cloze": {"split": "all", "data_path": cloze_data} | options} if cloze_data else None
+        runs = run_all(rungs, workdir, split=split, rollout_steps=0, cloze_contexts=cloze_contexts, extra_evals=extra)
+        result = summarise(runs, split) | {"cloze_data": cloze_data}
+        result["table"] = report_markdown(result)
+        write_outputs(workdir, "ladder", result, result["table"])
+        plot_ladder(result, os.path.join(workdir, "plots", "ladder.png"))
+        return result
+
+    return evaluate
+
+
+def summarise(runs: dict, split: str) -> dict:
+    """Per run (``rows``: name → figures) and per rung (``rungs``: width → Δ and the McNemar tests of
+    every family against the rank-4 model), and the trend of Δ = baseline − rank-4 with size."""
+    rows, rungs = {}, {}
+    for name, run in runs.items():
+        width, family = _rung_of(name)
+        cloze = run.extra.get("cloze", run.report)
+        rows[name] = {
+            "width": width,
+            "family": family,
+            "params": run.summary["parameters"],
+            "learning_rate": run.config.optim.learning_rate,
+            "ls": run.report["last_slice_ce"],
+            "context_gain": run.report.get("context_gain"),
+            "best_step": run.summary["best_step"],
+            "stopped_step": run.summary["step"],
+            "early_stopped": run.summary["early_stopped"],
+            "training_time_s": run.summary["training_time_s"],
+            "training_time_to_best_s": run.summary["training_time_to_best_s"],
+            **{key: cloze.get(key) for key in ("cloze_stories", *CLOZE_RULES)},
+            "cloze_correct": cloze.get("cloze_correct"),
+        }
+    for width in sorted({r["width"] for r in rows.values()}):
+        rungs[width] = _rung_tests({r["family"]: r for r in rows.values() if r["width"] == width})
+    return {"split": split, "rows": rows, "rungs": rungs, "trend": delta_trend(rows)}
+
+
+def _rung_of(name: str) -> tuple[int, str]:
+    rung, family = name.split("/")
+    return int(rung.removeprefix("d")), family
+
+
+def _rung_tests(by_family: dict) -> dict:
+    """Δ of every other family's LS(T) against the rank-4 model's, and McNemar's exact p-value of its
+    Story Cloze outcomes against the rank-4 model's, per rule."""
+    out = {}
+    rank4 = by_family.get("rank4")
+    if rank4 is None:
+        return out
+    for family, row in by_family.items():
+        if family == "rank4":
+            continue
+        out[f"delta_{family}"] = row["ls"] - rank4["ls"]
+        for key, (rule, _) in CLOZE_RULES.items():
+            a, b = (rank4.get("cloze_correct") or {}).get(rule), (row.get("cloze_correct") or {}).get(rule)
+            if a is not None and b is not None:
+                out[f"{key}_mcnemar_p_{family}"] = mcnemar_exact(a, b)["p_value"]
+    return out
+
+
+def linear_fit(x, y) -> dict:
+    """Least squares y ≈ a + b·x: a, b, their standard errors (None with fewer than three points)."""
+    n = len(x)
+    mx, my = sum(x) / n, sum(y) / n
+    sxx = sum((xi - mx) ** 2 for xi in x)
+    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
+    a = my - b * mx
+    if n < 3:
+        return {"a": a, "b": b, "se_a": None, "se_b": None}
+    s2 = sum((yi - a - b * xi) ** 2 for xi, yi in zip(x, y, strict=True)) / (n - 2)
+    return {"a": a, "b": b, "se_a": math.sqrt(s2 * (1 / n + mx**2 / sxx)), "se_b": math.sqrt(s2 / sxx)}
+
+
+def delta_trend(rows: dict) -> dict:
+    """For each family against the rank-4 model: Δ = its LS(T) − rank-4's at each rung, fitted against
+    log10 of the rank-4 parameter count, and the parameter count at which the fit reaches Δ = 0
+    (``crossing_params``, only when the fit moves Δ towards zero as size grows; else None)."""
+    rank4 = {r["width"]: r for r in rows.values() if r["family"] == "rank4"}
+    trends = {}
+    for family in sorted({r["family"] for r in rows.values()} - {"rank4"}):
+        points = sorted(
+            (math.log10(rank4[r["width"]]["params"]), r["ls"] - rank4[r["width"]]["ls"])
+            for r in rows.values()
+            if r["family"] == family and r["width"] in rank4
+        )
+        if len(points) < 2:
+            continue
+        x, y = zip(*points, strict=True)
+        fit = linear_fit(x, y)
+        towards_zero = fit["b"] != 0 and fit["b"] * y[-1] < 0
+        crossing = 10 ** (-fit["a"] / fit["b"]) if towards_zero else None
+        trends[family] = fit | {"log10_params": list(x), "delta": list(y), "crossing_params": crossing}
+    return trends
+
+
+def _accuracy(row: dict, key: str) -> str:
+    outcomes = (row.get("cloze_correct") or {}).get(CLOZE_RULES[key][0])
+    if row.get(key) is None or outcomes is None:
+        return "—"
+    lo, hi = wilson_interval(sum(outcomes), len(outcomes))
+    return f"{row[key]:.4f} ({lo:.3f}–{hi:.3f})"
+
+
+def _seconds(value) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def report_markdown(result: dict) -> str:
+    """The ladder's table (one row per run), the McNemar tests per rung, and the trend of Δ."""
+    lines = [
+        f"LS(T) on the {result['split']} split; Δ = the family's LS(T) − the rank-4 model's at the same rung "
+        "(> 0: the rank-4 model is lower). Story Cloze accuracies with 95 % Wilson intervals"
+        + (f" on every story of {result['cloze_data']}" if result.get("cloze_data") else "")
+        + "; training time: the logged training intervals to the selected checkpoint.",
+        "",
+        "| D | family | params | lr | LS(T) | Δ | best step / stopped | time to best (s) | context gain "
+        "| Cloze mean CE | Cloze PMI | Cloze ending only |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in sorted(result["rows"].values(), key=lambda r: (r["width"], list(FAMILIES).index(r["family"]))):
+        delta = result["rungs"][row["width"]].get(f"delta_{row['family']}")
+        gain = row["context_gain"]
+        lines.append(
+            f"| {row['width']} | {row['family']} | {row['params']:,} | {row['learning_rate']:g} | {row['ls']:.4f} | "
+            f"{'—' if delta is None else f'{delta:+.4f}'} | {row['best_step']} / {row['stopped_step']} | "
+            f"{_seconds(row['training_time_to_best_s'])} | {'—' if gain is None else f'{gain:.3f}'} | "
+            + " | ".join(_accuracy(row, key) for key in CLOZE_RULES)
+            + " |"
+        )
+    tests = [
+        f"| {width} | {family} | "
+        + " | ".join(f"{tests.get(f'{key}_mcnemar_p_{family}', float('nan')):.3g}" for key in CLOZE_RULES)
+        + " |"
+        for width, tests in sorted(result["rungs"].items())
+        for family in FAMILIES
+        if f"delta_{family}" in tests
+    ]
+    if tests:
+        lines += ["", "McNemar's exact p against the rank-4 model at the same rung:", ""]
+        lines += ["| D | family | mean CE | PMI | ending only |", "|---|---|---|---|---|", *tests]
+    for family, fit in result["trend"].items():
+        se = "" if fit["se_b"] is None else f" ± {fit['se_b']:.4f}"
+        where = (
+            f"it would reach 0 at about {fit['crossing_params']:,.0f} rank-4 parameters if the trend held"
+            if fit["crossing_params"] is not None
+            else "the fit does not move Δ towards zero as size grows"
+        )
+        lines += ["", f"Δ ({family}) against log10(rank-4 parameters): slope {fit['b']:+.4f}{se} per decade; {where}."]
+    return "\n".join(lines)
+
+
+def plot_ladder(result: dict, out_path: str) -> None:
+    """LS(T) against parameters (log scale) and against training time, one line per family; context
+    gain against parameters."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.dirname(out_path), exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for family in FAMILIES:
+        rows = sorted((r for r in result["rows"].values() if r["family"] == family), key=lambda r: r["params"])
+        if not rows:
+            continue
+        params = [r["params"] for r in rows]
+        axes[0].plot(params, [r["ls"] for r in rows], "o-", label=family)
+        axes[1].plot([r["training_time_to_best_s"] or 0 for r in rows], [r["ls"] for r in rows], "o-", label=family)
+        axes[2].plot(params, [r["context_gain"] or 0 for r in rows], "o-", label=family)
+    titles = ("LS(T) against parameters", "LS(T) against training time to the selected step", "context gain")
+    xlabels = ("parameters", "seconds", "parameters")
+    ylabels = ("LS(T) (nats)", "LS(T) (nats)", "nats per S(T) token")
+    for ax, title, xl, yl in zip(axes, titles, xlabels, ylabels, strict=True):
+        ax.set_xscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,83 @@
+"""The size ladder (issue 35): its configs, rate pick, matching and report, on one shared tiny run."""
+
+import json
+import math
+import os
+
+import pytest
+from helpers import tiny_config
+
+from rank4jax.errors import ConfigError
+from rank4jax.experiments import ladder as lad
+from rank4jax.models.family import run_param_count
+from rank4jax.training.data_setup import prepare_data
+from rank4jax.training.metrics import read_metrics
+
+
+def test_fiber_widths_and_refusals():
+    assert [lad.fiber(w) for w in (8, 64, 128, 256, 512)] == [(4, 2), (8, 8), (16, 8), (16, 16), (32, 16)]
+    with pytest.raises(ConfigError, match="power of two"):
+        lad.fiber(96)
+    with pytest.raises(ConfigError, match="sweep_steps must be a positive integer, got 0"):
+        lad.check_plan(lad.LadderPlan(sweep_steps=0))
+
+
+def test_linear_fit_and_crossing_by_hand():
+    fit = lad.linear_fit([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])  # b = 1.5, a = 5/6, residuals ±1/6, -1/3
+    assert fit["b"] == pytest.approx(1.5, abs=1e-15) and fit["a"] == pytest.approx(5 / 6, abs=1e-15)
+    assert fit["se_b"] == pytest.approx(math.sqrt((1 / 36 + 1 / 9 + 1 / 36) / 1 / 2), abs=1e-15)
+    rows = {  # Δ = -0.2 at 10^5 parameters, -0.1 at 10^6: zero at 10^7
+        "d8/rank4": {"width": 8, "family": "rank4", "params": 10**5, "ls": 5.0},
+        "d8/baseline": {"width": 8, "family": "baseline", "params": 10**5, "ls": 4.8},
+        "d16/rank4": {"width": 16, "family": "rank4", "params": 10**6, "ls": 4.0},
+        "d16/baseline": {"width": 16, "family": "baseline", "params": 10**6, "ls": 3.9},
+    }
+    trend = lad.delta_trend(rows)["baseline"]
+    assert trend["b"] == pytest.approx(0.1, abs=1e-12) and trend["crossing_params"] == pytest.approx(1e7, rel=1e-9)
+    rows["d16/baseline"]["ls"] = 3.7  # Δ -0.2 → -0.3: away from zero
+    assert lad.delta_trend(rows)["baseline"]["crossing_params"] is None
+
+
+@pytest.fixture(scope="module")
+def tiny_ladder(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("ladder"))
+    base = tiny_config(eval_every=2, checkpoint_every=2)
+    plan = lad.LadderPlan(families=("rank4", "baseline"), rates=(1e-3, 3e-2), sweep_steps=4, widths=(8, 16),
+                          max_steps=6, patience=1)  # fmt: skip
+    given = {"baseline": 3e-3}
+    with pytest.raises(ConfigError, match="the rungs are known once the sweep has finished"):
+        lad.ladder(base, workdir, plan, given=given, only="d8/rank4")
+    lad.ladder(base, workdir, plan, given=given, only="sweep/rank4_lr0.001")  # one run, as a job would
+    result = lad.ladder(base, workdir, plan, given=given, evaluate=lad.evaluator("test"))
+    return workdir, base, plan, result
+
+
+def test_ladder_picks_each_rate_matches_sizes_and_reports(tiny_ladder):
+    workdir, base, plan, result = tiny_ladder
+    assert sorted(os.listdir(os.path.join(workdir, "sweep"))) == ["rank4_lr0.001", "rank4_lr0.03"]
+    swept = {
+        rate: min(r["window_ce"] for r in read_metrics(os.path.join(workdir, f"sweep/rank4_lr{rate:g}"))["validation"])
+        for rate in plan.rates
+    }
+    rows = result["rows"]
+    assert set(rows) == {"d8/rank4", "d8/baseline", "d16/rank4", "d16/baseline"}
+    assert rows["d8/rank4"]["learning_rate"] == min(swept, key=swept.get)
+    assert rows["d16/baseline"]["learning_rate"] == 3e-3
+    vocab = prepare_data(base, None).tokenizer.vocab_size
+    for width in plan.widths:
+        rank4, baseline = rows[f"d{width}/rank4"], rows[f"d{width}/baseline"]
+        assert rank4["params"] == run_param_count(lad.rank4_config(base, width), vocab)
+        config = lad.matched_config(lad.rank4_config(base, width), "baseline", vocab)
+        here = config.model.dx * config.model.dt
+        for other in (here - 4, here + 4):  # the neighbouring widths are no closer
+            config.model.dx = other // 2
+            assert abs(run_param_count(config, vocab) - rank4["params"]) >= abs(baseline["params"] - rank4["params"])
+        report = json.load(open(os.path.join(workdir, f"d{width}/rank4/eval/test_step{rank4['best_step']}.json")))
+        assert rank4["ls"] == report["last_slice_ce"]
+        assert result["rungs"][width]["delta_baseline"] == baseline["ls"] - rank4["ls"]
+    trend = result["trend"]["baseline"]
+    (x0, x1), (d0, d1) = trend["log10_params"], trend["delta"]
+    assert trend["b"] == pytest.approx((d1 - d0) / (x1 - x0), rel=1e-12)
+    saved = json.load(open(os.path.join(workdir, "ladder.json")))
+    assert saved["table"] == result["table"] == open(os.path.join(workdir, "ladder.md")).read().rstrip("\n")
+    assert "| 16 | baseline |" in result["table"] and os.path.isfile(os.path.join(workdir, "plots", "ladder.png"))
