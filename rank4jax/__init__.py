@@ -9,6 +9,7 @@ Public API (SPEC §11)::
     flat = rank4jax.export_params(params, cfg); params = rank4jax.import_params(flat, cfg)
     run = rank4jax.load_run("runs/default")                 # a trained run: params, model_cfg, tokenizer, …
     logits = rank4jax.forward(run.params, inputs, run.model_cfg)
+    prediction = rank4jax.predict_next(run, sentences)     # the next sentence, any family
 """
 
 from rank4jax.models.rank4 import (
@@ -27,6 +28,10 @@ def __getattr__(name):  # load_run pulls in orbax and the trainer: imported on f
         from rank4jax.runs import load_run
 
         return load_run
+    if name == "predict_next":
+        from rank4jax.prediction import predict_next
+
+        return predict_next
     raise AttributeError(f"module 'rank4jax' has no attribute {name!r}")
 
 
@@ -38,6 +43,7 @@ __all__ = [
     "import_params",
     "init_params",
     "load_run",
+    "predict_next",
     "window_losses",
 ]
 __version__ = "0.1.0"

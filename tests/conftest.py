@@ -89,6 +89,17 @@ def tiny_run(tmp_path_factory):
     return workdir
 
 
+@pytest.fixture(scope="session")
+def tiny_baseline_run(tmp_path_factory):
+    """A finished tiny free-running baseline run (the same windows as ``tiny_run``)."""
+    from rank4jax.training.loop import train
+    from tests.helpers import tiny_config
+
+    workdir = tmp_path_factory.mktemp("tiny_baseline_run")
+    train(tiny_config(model_family="baseline"), str(workdir))
+    return workdir
+
+
 @pytest.fixture
 def tiny_run_copy(tiny_run, tmp_path):
     copy = tmp_path / "run"

@@ -47,6 +47,10 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: Iterable[int]) -> str: ...
 
+    def pieces(self, text: str) -> list[tuple[str, int]]: ...
+
+    def piece(self, token_id: int) -> str: ...
+
     def save(self, directory: str) -> None: ...
 
 
@@ -90,6 +94,14 @@ class WordTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return [self._index.get(w, UNK_ID) for w in self.split(text, self.lowercase)]
+
+    def pieces(self, text: str) -> list[tuple[str, int]]:
+        """The text as this tokenizer reads it: each word (an unknown one as it was written) and its id."""
+        words = self.split(text, self.lowercase)
+        return list(zip(words, self.encode(text), strict=True))
+
+    def piece(self, token_id: int) -> str:
+        return self.tokens[int(token_id)]
 
     def decode(self, ids: Iterable[int]) -> str:
         out = ""
@@ -164,6 +176,14 @@ class SentencePieceTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(self._sp.encode(text))
+
+    def pieces(self, text: str) -> list[tuple[str, int]]:
+        """The text as this tokenizer reads it: each piece and its id."""
+        ids = self.encode(text)
+        return [(self._sp.id_to_piece(i), i) for i in ids]
+
+    def piece(self, token_id: int) -> str:
+        return self._sp.id_to_piece(int(token_id))
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = [int(i) for i in ids if int(i) not in (PAD_ID, BOS_ID, EOS_ID)]

@@ -15,7 +15,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rank4jax.errors import ConfigError
+
 LN_EPSILON = 1e-5  # SPEC §3 [choice]
+
+
+def params_family(params) -> str:
+    """Which family's parameter tree this is, from its layout: "rank4" (embed {sem, tmp} and a
+    readout), "splm" (a potential), "baseline" (a token table array: the baseline and baseline_lm),
+    or "unknown"."""
+    if not isinstance(params, dict):
+        return "unknown"
+    if "potential" in params:
+        return "splm"
+    if isinstance(params.get("embed"), dict) and "readout" in params:
+        return "rank4"
+    return "baseline" if hasattr(params.get("embed"), "shape") else "unknown"
+
+
+def check_params(params, family: str, entry: str) -> None:
+    """A ConfigError naming the family when ``params`` are not ``family``'s (e.g. a baseline run's
+    parameters handed to ``rank4jax.forward``)."""
+    found = params_family(params)
+    if found != family:
+        what = "not a model's parameter tree" if found == "unknown" else f"a {found} model's parameters"
+        raise ConfigError(
+            f"{entry} takes a {family} model's parameters; these are {what}. For a run of any family use "
+            "run.family's functions or rank4jax.predict_next(run, sentences)"
+        )
 
 
 def count_params(init_fn, cfg) -> int:

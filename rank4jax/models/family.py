@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rank4jax.errors import ConfigError
-from rank4jax.models import baseline, flops, rank4, splm, stream
+from rank4jax.models import baseline, decoding, flops, rank4, splm, stream
 from rank4jax.models.losses import with_objective
 from rank4jax.models.sizes import section_values
 from rank4jax.models.zpx import zpx_config
@@ -77,6 +77,12 @@ class ModelFamily:
     init_from_data: Callable[[Any, Any, Any], Any] | None = None
     # cfg → analytic FLOPs of one window's forward (``rank4jax.models.flops``); None: not counted
     forward_flops: Callable[[Any], int] | None = None
+    # (params, inputs (B, T, N) = S(0..T-1), cfg, choose) → (Ŝ(T) (B, N), each token's probability (B, N)):
+    # the next state for a user (``rank4jax.prediction``); ``choose`` (``rank4jax.models.decoding``)
+    # picks each token of a decoding family, and ``prediction`` says what Ŝ(T) is
+    next_state: Callable[..., tuple[jax.Array, jax.Array]] | None = None
+    decodes: bool = True  # False: every token of Ŝ(T) at once (no choose, no sampling)
+    prediction: str = "greedy decode"
 
     def selection_label(self, selection: str = "window") -> str:
         """What a run's selection loss measures (``SELECTIONS``): this family's window loss, or LS(T)."""
@@ -126,6 +132,13 @@ def _rank4_predict_and_score(params, windows, cfg):
     return predicted, _rank4_last_slice_ce(params, windows, cfg, logits)
 
 
+def _rank4_next_state(params, inputs, cfg, choose=None):
+    del choose  # every position at once: nothing is decoded
+    logits = rank4.next_state_logits(params, inputs, cfg)
+    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return tokens, decoding.chosen_probability(logits, tokens)
+
+
 RANK4 = ModelFamily(
     name="rank4",
     make_config=_rank4_config,
@@ -138,6 +151,9 @@ RANK4 = ModelFamily(
     fields=_fields(RANK4_SECTION),
     layouts=lambda cfg: ("trimmed", "compact") if cfg.attention == "autodiff" else ("trimmed",),
     forward_flops=flops.rank4_forward,
+    next_state=_rank4_next_state,
+    decodes=False,
+    prediction="the per-position argmax of S(T): every token at once, not a generated sentence",
 )
 
 
@@ -171,6 +187,15 @@ def _baseline_predict_and_score(params, windows, cfg):
     return jnp.where(ended, PAD_ID, tokens), score
 
 
+def _baseline_next_state(params, inputs, cfg, choose=decoding.greedy):
+    """Free-running Ŝ(T) (tokens up to the first EOS, PAD after) and each fed token's probability."""
+    windows = jnp.concatenate([inputs, jnp.zeros_like(inputs[:, :1])], axis=1)  # no gold S(T): never read
+    out = baseline.decode(params, windows, cfg, teacher_forcing=False, choose=choose)
+    tokens = out["fed"].astype(jnp.int32)
+    probs = decoding.chosen_probability(out["logits"][:, : cfg.n_tokens], tokens)
+    return jnp.where(jnp.cumsum(tokens == EOS_ID, axis=1) > 0, PAD_ID, tokens), probs
+
+
 BASELINE = ModelFamily(
     name="baseline",
     make_config=_baseline_config,
@@ -182,6 +207,8 @@ BASELINE = ModelFamily(
     selection_loss="free-running S(T)+EOS CE",
     fields=_fields(BASELINE_SECTION),
     forward_flops=flops.baseline_forward,
+    next_state=_baseline_next_state,
+    prediction="free-running decode of S(T), each token after the model's own earlier ones",
 )
 
 
@@ -204,6 +231,10 @@ def _stream_family(name: str, make_config, init, logits_and_penalty, count_param
         logits_fn = lambda s: logits_and_penalty(params, s, cfg)[0]  # noqa: E731
         return stream.greedy_last_state(logits_fn, windows[:, :-1], cfg.n_tokens), last_slice_ce(params, windows, cfg)
 
+    def next_state(params, inputs, cfg, choose=decoding.greedy):
+        logits_fn = lambda s: logits_and_penalty(params, s, cfg)[0]  # noqa: E731
+        return stream.decode_last_state(logits_fn, inputs, cfg.n_tokens, choose)
+
     return ModelFamily(
         name,
         make_config,
@@ -213,6 +244,8 @@ def _stream_family(name: str, make_config, init, logits_and_penalty, count_param
         last_slice_ce,
         count_params,
         selection_loss="next-token CE over the stream",
+        next_state=next_state,
+        prediction="next-token decode of S(T) after the story's tokens",
         **extra,
     )
 

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rank4jax.models import decoding
 from rank4jax.models.losses import row_mean, target_ce_sums
 from rank4jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -56,8 +57,14 @@ def last_state_mean_ce(logits: jax.Array, targets: jax.Array, last: jax.Array) -
 
 
 def greedy_last_state(logits_fn, inputs: jax.Array, n_tokens: int) -> jax.Array:
-    """Greedy Ŝ(T) (B, N) after the context S(0..T-1) (B, T, N): N full recomputations of
-    ``logits_fn(stream) -> (B, S, V)``, each appending its argmax; tokens after EOS become PAD."""
+    """Greedy Ŝ(T) (B, N) after the context S(0..T-1) (B, T, N) (:func:`decode_last_state`)."""
+    return decode_last_state(logits_fn, inputs, n_tokens)[0]
+
+
+def decode_last_state(logits_fn, inputs: jax.Array, n_tokens: int, choose=decoding.greedy):
+    """Ŝ(T) (B, N) after the context S(0..T-1) (B, T, N), and each token's probability (B, N): N full
+    recomputations of ``logits_fn(stream) -> (B, S, V)``, each appending ``choose(logits, j)``
+    (``rank4jax.models.decoding``); tokens after EOS become PAD."""
     batch = inputs.shape[0]
     window = jnp.concatenate([inputs, jnp.zeros((batch, 1, n_tokens), inputs.dtype)], axis=1)
     packed = pack_stream(window)
@@ -65,16 +72,18 @@ def greedy_last_state(logits_fn, inputs: jax.Array, n_tokens: int) -> jax.Array:
     context_len = jnp.sum(stream != PAD_ID, axis=1)  # BOS + context tokens
 
     def body(j, carry):
-        stream, out = carry
+        stream, out, probs = carry
         logits = logits_fn(stream)
         pos = context_len - 1 + j
-        token = jnp.argmax(jnp.take_along_axis(logits, pos[:, None, None], axis=1)[:, 0], axis=-1).astype(stream.dtype)
+        row = jnp.take_along_axis(logits, pos[:, None, None], axis=1)[:, 0]
+        token = choose(row, j).astype(stream.dtype)
         write = pos + 1 < stream.shape[1]
         stream = jnp.where(
             (jnp.arange(stream.shape[1])[None] == (pos + 1)[:, None]) & write[:, None], token[:, None], stream
         )
-        return stream, out.at[:, j].set(token)
+        return stream, out.at[:, j].set(token), probs.at[:, j].set(decoding.chosen_probability(row, token))
 
-    _, tokens = jax.lax.fori_loop(0, n_tokens, body, (stream, jnp.zeros((batch, n_tokens), inputs.dtype)))
+    init = (stream, jnp.zeros((batch, n_tokens), inputs.dtype), jnp.zeros((batch, n_tokens), jnp.float32))
+    _, tokens, probs = jax.lax.fori_loop(0, n_tokens, body, init)
     ended = jnp.cumsum(tokens == EOS_ID, axis=1) > 0
-    return jnp.where(ended, PAD_ID, tokens)
+    return jnp.where(ended, PAD_ID, tokens), probs

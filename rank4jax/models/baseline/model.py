@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rank4jax.models import common, losses
+from rank4jax.models import common, decoding, losses
 from rank4jax.models.baseline.config import BaselineConfig
 from rank4jax.models.common import (
     apply_mlp,
@@ -163,10 +163,14 @@ def _target_slots(context_len, cfg, n_fed: int):
     return jnp.concatenate([(context_len - 1)[:, None], fed], axis=1)
 
 
-def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teacher_forcing=None) -> dict:
-    """Free-running (or teacher-forced) decoding of S(T)+EOS with a K/V cache.
+def decode(
+    params, windows, cfg: BaselineConfig, *, train=False, rng=None, teacher_forcing=None, choose=decoding.greedy
+) -> dict:
+    """Free-running (or teacher-forced) decoding of S(T)+EOS with a K/V cache; free-running feeds
+    ``choose(logits, j)`` (``rank4jax.models.decoding``: the greedy argmax, the paper's protocol).
 
     Returns logits (B, J, V) for the J = N+1 targets, the tokens fed (B, N) and the packed batch."""
+    common.check_params(params, "baseline", "the baseline's decode")
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("decode(train=True) with dropout > 0 needs rng")
     forced = cfg.teacher_forcing if teacher_forcing is None else teacher_forcing
@@ -189,7 +193,7 @@ def decode(params, windows, cfg: BaselineConfig, *, train=False, rng=None, teach
 
     def step(carry, j):
         caches, prev_logits = carry
-        token = packed["targets"][:, j] if forced else jnp.argmax(prev_logits, axis=-1).astype(windows.dtype)
+        token = packed["targets"][:, j] if forced else choose(prev_logits, j).astype(windows.dtype)
         slot = lc + j
         x = _embed(params, token[:, None], (packed["context_len"] + j)[:, None], cfg)
         key_ok = (jnp.arange(n_slots)[None, None, :] <= slot) & valid[:, None, :]
@@ -225,6 +229,7 @@ def stream_logits(params, inputs: jax.Array, cfg: BaselineConfig, *, train=False
     BOS + tokens (``rank4jax.models.stream``), positions 0..S−1, PAD keys masked → logits (B, S, V)."""
     batch, slots = inputs.shape
     chex.assert_shape(inputs, (batch, cfg.context_slots + cfg.n_tokens))  # S = (T+1)·N + 1, the cache's slots
+    common.check_params(params, "baseline", "the baseline LM")
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("stream_logits(train=True) with dropout > 0 needs rng")
     causal = jnp.arange(slots)[:, None] >= jnp.arange(slots)[None, :]

@@ -109,6 +109,7 @@ def hidden_rows(
     in place of the embedding of ``rows.tokens`` (which still set the key mask), e.g. to take
     ``jax.grad`` with respect to X."""
     chex.assert_equal_shape([rows.tokens, rows.position, rows.slice])
+    common.check_params(params, "rank4", "the rank-4 forward")
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
     rng = common.window_keys(rng, rows.n_windows)  # one key per window

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rank4jax.models.common import normalize, sinusoid_table, wide_dtype
+from rank4jax.models.common import check_params, normalize, sinusoid_table, wide_dtype
 from rank4jax.models.splm import potential as pot
 from rank4jax.models.splm.config import SPLMConfig
 from rank4jax.tokens import PAD_ID
@@ -136,6 +136,7 @@ def trajectory(params: dict, inputs: jax.Array, cfg: SPLMConfig) -> jax.Array:
 def forward(params: dict, inputs: jax.Array, cfg: SPLMConfig) -> tuple[jax.Array, jax.Array]:
     """inputs (B, S) → (logits (B, S, V), V_θ at the last layer's state (B, S) for the loss term
     λ_V·mean(V_θ²), with ξ from stop-gradient(h_L) and the last layer's depth code)."""
+    check_params(params, "splm", "the SPLM forward")
     h = trajectory(params, inputs, cfg)
     logits = jnp.matmul(h, params["embed"].T, preferred_element_type=wide_dtype(h))
     return logits, potential_value(params, h, cfg.n_layers - 1, cfg)
