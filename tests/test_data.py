@@ -1,11 +1,14 @@
 """Readers, tokenizers, windows, splits and the grain pipeline."""
 
+import dataclasses
+
 import numpy as np
 import pytest
+from helpers import tiny_config
 
 from rank4jax.data import readers, tokenizers, windows
 from rank4jax.data.pipeline import eval_batches, train_dataset
-from rank4jax.errors import DataError
+from rank4jax.errors import ConfigError, DataError
 
 
 def test_storycloze_reader_on_shared_data(cloze_path):
@@ -238,3 +241,24 @@ def test_eval_batches_pad_last_batch():
     batches = list(eval_batches({"windows": data}, 2))
     assert len(batches) == 3 and batches[-1]["mask"].tolist() == [True, False]
     assert batches[-1]["windows"][1].sum() == 0
+
+
+def test_a_data_path_with_the_builtin_source_is_one_error_saying_what_to_set():
+    from rank4jax.training.run_config import validate
+
+    with pytest.raises(ConfigError, match=r"data.path='my.txt' is set but data.source='builtin'.*data.source=file"):
+        validate(tiny_config(**{"data.path": "my.txt"}))
+
+
+def test_evaluated_stories_the_run_trained_on_are_counted_with_a_warning(capsys):
+    from rank4jax.training.data_setup import check_held_out, load_stories
+
+    config = tiny_config()
+    split = windows.split_stories(load_stories(config)[0], tuple(config.data.split))
+    assert check_held_out(config, split["validation"], "all", path="other.csv") == 0
+    assert capsys.readouterr().err == ""
+    renamed = [dataclasses.replace(s, story_id=f"copy-{s.story_id}") for s in split["train"][:5]]  # same text
+    mixed = split["validation"][:3] + renamed + split["train"][5:7]
+    assert check_held_out(config, mixed, "all", path="other.csv") == 7
+    assert "7 of the 10 evaluated stories are stories this run trained on" in capsys.readouterr().err
+    assert check_held_out(config, split["test"], "test") == 0  # the run's own held-out split: not read

@@ -1,5 +1,6 @@
-"""Every notebook executes (library code only, small sizes); inspect_checkpoint.ipynb on a tiny
-trained run (its workdir passed as RANK4JAX_WORKDIR, which the kernel inherits)."""
+"""Every notebook executes as Jupyter runs it, the kernel started in notebooks/ (library code only,
+small sizes); inspect_checkpoint.ipynb on a tiny trained run, its workdir passed as RANK4JAX_WORKDIR
+relative to the repository root (the kernel inherits it and reads it from there)."""
 
 import glob
 import os
@@ -31,11 +32,11 @@ CHECKS = {
 def test_notebook_executes(path, tiny_run, monkeypatch):
     from rank4jax.runs import load_run
 
-    monkeypatch.setenv("RANK4JAX_WORKDIR", str(tiny_run))
+    monkeypatch.setenv("RANK4JAX_WORKDIR", os.path.relpath(tiny_run, REPO))
     nb = nbformat.read(path, as_version=4)
     checks = "\n".join(CHECKS[os.path.basename(path)]).format(best_step=load_run(str(tiny_run)).step)
     nb.cells.append(nbformat.v4.new_code_cell(checks))  # an assertion error fails the execution
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
     images = sum(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
     assert images == {"gradients.ipynb": 3, "inspect_checkpoint.ipynb": 2}[os.path.basename(path)]  # every figure
 

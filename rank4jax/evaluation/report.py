@@ -32,7 +32,7 @@ from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
 from rank4jax.training import sharding
 from rank4jax.training.batches import batch_layout
-from rank4jax.training.data_setup import prepare_split
+from rank4jax.training.data_setup import check_held_out, prepare_split
 from rank4jax.training.programs import StepPolicy, build_programs, optim_key
 
 EVAL_SPLITS = SPLITS + ("all",)
@@ -76,6 +76,7 @@ def evaluate_run(
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)
     stories, window_set, source = prepare_split(run.config, run.tokenizer, split, path=data_path)
+    trained_on = check_held_out(run.config, stories, split, data_path)
     timings = {"load": time.perf_counter() - clock}
     report = {
         "workdir": os.path.abspath(workdir),
@@ -87,6 +88,7 @@ def evaluate_run(
         "skipped_stories": window_set.n_skipped,
         "truncated_sentences": window_set.n_truncated,  # cut to N tokens
         "unk_rate": round(window_set.unk_rate, 4),  # of the windows' real tokens
+        "trained_on_stories": trained_on,  # evaluated stories the run trained on (None: its data unreadable)
         "selection_loss": run.family.selection_loss,  # what "window_ce" measures for this family
         "selection": run.config.selection,  # the validation loss that selected the step: window or LS(T)
         "objective": objective_label(run.model_cfg),  # what the training loss averaged

@@ -22,7 +22,7 @@ import numpy as np
 from rank4jax.data.windows import cloze_windows
 from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
 from rank4jax.evaluation.report import restore_for_evaluation
-from rank4jax.training.data_setup import prepare_split
+from rank4jax.training.data_setup import check_held_out, prepare_split
 
 
 def context_spread(
@@ -42,6 +42,7 @@ def context_spread(
     the scored windows (W, 2, T+1, N)."""
     run, params, evaluators = restore_for_evaluation(workdir, step)
     stories = prepare_split(run.config, run.tokenizer, "all", path=cloze_data)[0]
+    check_held_out(run.config, stories, "all", cloze_data)
     pairs, labels = cloze_windows(stories, run.tokenizer, run.model_cfg.n_tokens, run.model_cfg.n_slices)
     score, batch, w = evaluators.programs.score, evaluators.batch_size, len(pairs)
     ce = cloze_scores(score, params, pairs, batch, n_contexts=0)["mean_ce"]  # (W, 2) after their own story

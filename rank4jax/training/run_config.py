@@ -78,6 +78,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.source must be 'builtin' or 'file', got {data.source!r}")
     if data.source == "file" and not data.path:
         raise ConfigError("data.path must name a file when data.source='file'")
+    if data.source == "builtin" and data.path:
+        raise ConfigError(
+            f"data.path={data.path!r} is set but data.source='builtin' (the procedural corpus) would train instead: "
+            "add --config.data.source=file to train on the file, or leave data.path empty"
+        )
     if data.source == "builtin":
         check_positive_int("data.builtin_stories", data.builtin_stories)
     split = tuple(data.split)
