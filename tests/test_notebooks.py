@@ -36,7 +36,8 @@ def test_notebook_executes(path, tiny_run, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     checks = "\n".join(CHECKS[os.path.basename(path)]).format(best_step=load_run(str(tiny_run)).step)
     nb.cells.append(nbformat.v4.new_code_cell(checks))  # an assertion error fails the execution
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    kernel_dir = {"metadata": {"path": str(REPO / "notebooks")}}  # where Jupyter starts the kernel
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources=kernel_dir).execute()
     images = sum(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
     assert images == {"gradients.ipynb": 3, "inspect_checkpoint.ipynb": 2}[os.path.basename(path)]  # every figure
 
