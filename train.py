@@ -1,6 +1,9 @@
 """Train a rank4jax model. Rerun the same command to resume from the latest checkpoint.
 
 python train.py --config=configs/default.py --workdir=runs/default [--config.num_steps=2000 ...]
+python train.py --config=configs/rocstories.py --print_config   # every config key, resolved; trains nothing
+
+Each run writes its resolved config to <workdir>/config.json.
 """
 
 import os
@@ -22,6 +25,7 @@ from ml_collections import config_flags  # noqa: E402
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors  # noqa: E402
 from rank4jax.errors import SIGNAL_STATUS  # noqa: E402
 from rank4jax.training.loop import train  # noqa: E402
+from rank4jax.training.run_config import validate  # noqa: E402
 
 with config_flag_errors():
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
@@ -32,6 +36,9 @@ _DISTRIBUTED = flags.DEFINE_bool(
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (auto-detected on TPU/SLURM).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (auto-detected if unset).")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (auto-detected if unset).")
+_PRINT_CONFIG = flags.DEFINE_bool(
+    "print_config", False, "Print the resolved config (every key, with the --config.* overrides) and exit."
+)
 
 
 def main(argv):
@@ -39,6 +46,11 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    if _PRINT_CONFIG.value:
+        config = run_reporting_user_errors(lambda: config_value(_CONFIG))
+        run_reporting_user_errors(validate, config)  # a bad value: one error line, as training says it
+        print(config.to_json(indent=2))
+        return
     if _DISTRIBUTED.value:
         import jax
 

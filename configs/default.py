@@ -60,6 +60,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.optim.b2 = 0.999
     c.optim.eps = 1e-8
     c.optim.warmup_steps = 50
+    # After the warmup: "constant" (the paper's), or a "cosine" / "linear" decay to end_lr_factor × the
+    # rate at num_steps (optax's schedules); changeable on resume like every optim setting.
+    c.optim.schedule = "constant"
+    c.optim.end_lr_factor = 0.0
     c.optim.grad_clip_norm = 0.0  # 0 = off
 
     c.mesh = ml_collections.ConfigDict()

@@ -96,10 +96,17 @@ def _flag_exception(error: BaseException, argv: list[str]) -> None:
 
 
 def _unknown_config_key(error: Exception, argv: list[str]) -> None:
-    key = str(error).strip("\"'")
+    """One plain line for an override of a key the config lacks (ml_collections wraps a KeyError whose
+    text is the quoted key and, maybe, a line suggesting the closest one)."""
+    while isinstance(error, AttributeError | KeyError) and error.args and isinstance(error.args[0], BaseException):
+        error = error.args[0]
+    text = str(error.args[0]) if error.args else str(error)
+    first, _, hint = text.partition("\n")
+    key = first.strip("\"' ")
     culprit = next((a for a in argv[1:] if a.startswith("--config.") and key in a), None)
     where = f" in {culprit.split('=')[0]}" if culprit else ""
-    say(f"error: unknown config key {key!r}{where}; see the config file for valid keys")
+    hint = f" ({hint.strip().rstrip('?')}?)" if hint.strip() else ""
+    say(f"error: unknown config key '{key}'{where}{hint}; train.py --print_config lists every key")
 
 
 CONFIG_FLAGS = (

@@ -203,3 +203,18 @@ def test_a_config_file_setting_a_wrong_type_is_one_line(tmp_path):
         "many is of original type <class 'str'> and cannot be casted to type <class 'int'>"
     )
     assert _traceback_in_message("flag --x: not an int", argv) is None
+
+
+def test_print_config_lists_every_key_resolved_and_an_unknown_key_reads_plainly(tmp_path):
+    import json
+
+    out = run("train.py", "--config=configs/rocstories.py", "--print_config", "--config.optim.schedule=cosine")
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+    printed = json.loads(out.stdout)
+    assert printed["optim"]["schedule"] == "cosine" and printed["selection"] == "window"
+    assert printed["model"]["objective_slices"] == "all" and printed["data"]["source"] == "file"
+    out = run("train.py", f"--workdir={tmp_path}", "--config.model.dxx=3")
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        "error: unknown config key 'dxx' in --config.model.dxx (Did you mean \"dx\" instead of \"dxx\"?); "
+        "train.py --print_config lists every key"
+    )

@@ -417,3 +417,39 @@ def test_event_files_are_written_without_importing_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_the_schedules_rates_equal_optaxs(schedule):
+    import optax
+
+    from rank4jax.training.state import learning_rate_schedule
+
+    config = tiny_config(**{"optim.schedule": schedule, "optim.warmup_steps": 10, "optim.end_lr_factor": 0.1})
+    lr = config.optim.learning_rate
+    decay = {
+        "cosine": optax.cosine_decay_schedule(lr, 90, alpha=0.1),
+        "linear": optax.linear_schedule(lr, 0.1 * lr, 90),
+    }[schedule]
+    expected = optax.join_schedules([optax.linear_schedule(0.0, lr, 10), decay], [10])
+    ours = learning_rate_schedule(config.optim, num_steps=100)
+    for step in (0, 5, 10, 11, 55, 99, 100, 150):
+        assert float(ours(step)) == float(expected(step))
+    assert float(ours(100)) == pytest.approx(0.1 * lr, rel=1e-6)
+
+
+def test_the_logged_learning_rate_is_the_schedules_at_each_logged_step(tmp_path):
+    from rank4jax.training.state import learning_rate_schedule
+
+    config = tiny_config(**{"optim.schedule": "cosine", "optim.warmup_steps": 2})
+    train(config, str(tmp_path))
+    schedule = learning_rate_schedule(config.optim, config.num_steps)
+    logged = {r["step"]: r["learning_rate"] for r in read_metrics(str(tmp_path))["train"]}
+    assert logged == {s: float(schedule(s - 1)) for s in (2, 4, 6)}  # step s updates with the rate at count s-1
+
+
+def test_each_run_writes_its_resolved_config_beside_its_summary(tiny_run):
+    with RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
+        saved, _ = ckpt.load_meta(ckpt.latest_step())
+    with open(os.path.join(tiny_run, "config.json"), encoding="utf-8") as f:
+        assert json.load(f) == saved  # overrides, the measured batch layout and the data fingerprint included

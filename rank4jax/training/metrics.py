@@ -18,6 +18,28 @@ from rank4jax.errors import WorkdirError, say
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
+CONFIG_FILE = "config.json"  # the run's resolved config, written when it starts
+
+
+def write_json(path: str, data) -> None:
+    """Write a JSON file atomically (a temporary file beside it, then a rename): a process killed
+    mid-write leaves the previous file whole."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def read_json(path: str, what: str):
+    """A JSON file the run wrote, or None: absent, or damaged (with one warning naming it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        say(f"rank4jax: warning: {path} ({what}) is unreadable ({type(e).__name__}); read as absent")
+        return None
 
 
 def _summary_writer_class():
@@ -149,11 +171,8 @@ def read_metrics(workdir: str) -> dict[str, list[dict]]:
 
 def selection_loss(workdir: str) -> str:
     """The run's selection-loss label (its family's, from the training summary), or a generic one."""
-    try:
-        with open(os.path.join(workdir, SUMMARY_FILE), encoding="utf-8") as f:
-            return json.load(f).get("selection_loss") or "selection loss"
-    except (OSError, ValueError):
-        return "selection loss"
+    summary = read_json(os.path.join(workdir, SUMMARY_FILE), "the training summary")
+    return (summary.get("selection_loss") if isinstance(summary, dict) else None) or "selection loss"
 
 
 def plot_curves(workdir: str, out_path: str | None = None) -> str | None:

@@ -15,12 +15,15 @@ from rank4jax.errors import TrainingDivergedError
 from rank4jax.models.family import objective_label
 from rank4jax.models.flops import train_flops_per_window
 from rank4jax.training.metrics import (
+    CONFIG_FILE,
     SUMMARY_FILE,
     MetricsWriter,
     plot_curves,
+    read_json,
     read_metrics,
     rewind_metrics,
     training_seconds,
+    write_json,
 )
 from rank4jax.training.utilization import bf16_peak_flops, utilization
 
@@ -30,6 +33,8 @@ class Output:
         self.run, self.start = run, start
         if start and run.is_main:
             rewind_metrics(run.workdir, start)  # each step once, however the last run ended
+        if run.is_main:  # the resolved config of this start (overrides, layout, data fingerprint)
+            write_json(os.path.join(run.workdir, CONFIG_FILE), run.saved_config)
         self.writer = MetricsWriter(run.workdir, enabled=run.is_main)
         self.bar = tqdm(
             total=run.config.num_steps,
@@ -80,7 +85,8 @@ class Output:
         record = _train_record(self.pending, step, self.since, self.run.config.batch_size, self.start)
         record |= utilization(record["windows_per_s"], *self.flops)
         self.writer.write(record)
-        shown = {"loss": f"{record['loss']:.3f}", "win_s": f"{record['windows_per_s']:.0f}"}
+        shown = {"loss": f"{record['loss']:.3f}", "lr": f"{record['learning_rate']:.2g}"}
+        shown["win_s"] = f"{record['windows_per_s']:.0f}"
         if "model_flops_per_s_per_device" in record:
             shown["tflops"] = f"{record['model_flops_per_s_per_device'] / 1e12:.3g}"
         if "mfu" in record:
@@ -128,6 +134,7 @@ def _train_record(pending: list, step: int, since: float, batch_size: int, resum
         "grad_norm": float(norms.mean()),  # L2 norms (big_vision): gradient and update means over
         "update_norm": float(np.mean([m["update_norm"] for m in fetched])),  # the interval,
         "param_norm": float(fetched[-1]["param_norm"]),  # parameters after its last step
+        "learning_rate": float(fetched[-1]["learning_rate"]),  # the rate of its last step's update
         "windows_per_s": len(fetched) * batch_size / max(seconds, 1e-9),
         "interval_s": seconds,  # the interval's wall time (metrics.training_seconds sums them)
     }
@@ -148,10 +155,8 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
     """``train_summary.json`` (merged with the previous run's when this one resumed) and, unless
     ``config.plots`` is off, the curves."""
     summary_path = os.path.join(run.workdir, SUMMARY_FILE)
-    previous = {}
-    if start > 0 and os.path.isfile(summary_path):
-        with open(summary_path, encoding="utf-8") as f:
-            previous = json.load(f)
+    previous = (read_json(summary_path, "the training summary") or {}) if start > 0 else {}
+    previous = previous if isinstance(previous, dict) else {}
     ran = final_step > start  # rerunning a finished run trains nothing: its time and figures stay
     elapsed = elapsed if ran else 0.0
     summary = {
@@ -174,8 +179,7 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
         "data": run.data.summary(),
     }
     if run.is_main:
-        with open(summary_path, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
+        write_json(summary_path, summary)
         if run.config.plots:
             plot_curves(run.workdir)
     return summary

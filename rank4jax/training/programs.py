@@ -35,7 +35,7 @@ from rank4jax.models.family import ModelFamily
 from rank4jax.models.precision import cast_to_compute
 from rank4jax.training import sharding
 from rank4jax.training.batches import microbatches, n_windows
-from rank4jax.training.state import TrainState, create_train_state, make_optimizer
+from rank4jax.training.state import TrainState, create_train_state, learning_rate_schedule, make_optimizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +51,9 @@ class StepPolicy:
         return cls(config.get("compute_dtype", "float32"), config.get("grad_accum_steps", 1))
 
 
-def train_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, optimizer, policy: StepPolicy, groups: int):
+def train_step(
+    state: TrainState, batch, *, family: ModelFamily, model_cfg, optimizer, schedule, policy: StepPolicy, groups: int
+):
     keys = window_keys(state.dropout_key(), n_windows(batch))  # a window's dropout, whichever microbatch
     loss, sums, grads = gradients(state.params, batch, keys, family, model_cfg, policy, groups)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -63,6 +65,7 @@ def train_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, opti
         "update_norm": optax.tree.norm(updates),
         "last_slice_ce_sum": sums["last_slice_ce_sum"],
         "last_slice_tokens": sums["last_slice_tokens"],
+        "learning_rate": schedule(state.step),  # the rate of this step's update
     }
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
@@ -125,9 +128,11 @@ def _cast_first(fn, compute_dtype: str):
     return cast_first
 
 
-def optim_key(optim: ml_collections.ConfigDict) -> tuple:
-    """The optimiser settings as a hashable key."""
-    return tuple(sorted(optim.to_dict().items()))
+def optim_key(optim: ml_collections.ConfigDict, num_steps: int = 0) -> tuple:
+    """The optimiser settings as a hashable key, with the run's ``num_steps`` where the schedule
+    decays over them (0 otherwise: a constant rate's programs serve any run length)."""
+    steps = num_steps if optim.schedule != "constant" else 0
+    return tuple(sorted(optim.to_dict().items())) + (("num_steps", steps),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,8 +154,11 @@ class Programs:
 def build_programs(
     family: ModelFamily, model_cfg, optim: tuple, mesh: jax.sharding.Mesh, policy: StepPolicy = StepPolicy()
 ) -> Programs:
-    """``optim``: ``optim_key(config.optim)``; ``policy``: ``StepPolicy.of(config)``."""
-    optimizer = make_optimizer(ml_collections.ConfigDict(dict(optim)))
+    """``optim``: ``optim_key(config.optim, config.num_steps)``; ``policy``: ``StepPolicy.of(config)``."""
+    settings = dict(optim)
+    num_steps = settings.pop("num_steps")
+    optim_settings = ml_collections.ConfigDict(settings)
+    optimizer = make_optimizer(optim_settings, num_steps)
     init_fn = functools.partial(create_train_state, family=family, model_cfg=model_cfg, optimizer=optimizer)
     abstract = jax.eval_shape(init_fn, jax.random.key(0))  # the key's value never changes a shape
     state_sharding = sharding.state_shardings(mesh, abstract)
@@ -170,6 +178,7 @@ def build_programs(
                 family=family,
                 model_cfg=model_cfg,
                 optimizer=optimizer,
+                schedule=learning_rate_schedule(optim_settings, num_steps),
                 policy=policy,
                 groups=mesh.shape[sharding.DATA_AXIS],
             ),

@@ -17,12 +17,19 @@ from rank4jax.models.precision import check_compute_dtype
 from rank4jax.models.sizes import check_dropout, check_positive_int
 from rank4jax.training.batches import SETTINGS
 from rank4jax.training.sharding import mesh_shape
+from rank4jax.training.state import SCHEDULES
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
 IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data", "selection")
-# Identity keys added after workdirs were written without them: absent from a saved config, they read
-# as this default (an older workdir resumes under the default, and is refused under another value).
-ADDED_IDENTITY_DEFAULTS = {("selection",): "window", ("model", "objective_slices"): "all"}
+# Keys added after workdirs were written without them: absent from a saved config, they read as this
+# default, the behaviour its run had (an older workdir resumes under the defaults; an identity key set
+# to another value is refused as for any other identity change).
+ADDED_DEFAULTS = {
+    ("selection",): "window",
+    ("model", "objective_slices"): "all",
+    ("optim", "schedule"): "constant",
+    ("optim", "end_lr_factor"): 0.0,
+}
 
 
 def _check_nonnegative(name: str, value) -> None:
@@ -70,6 +77,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"optim.learning_rate must be positive, got {optim.learning_rate!r}")
     for name in ("weight_decay", "eps", "grad_clip_norm", "warmup_steps"):
         _check_nonnegative(f"optim.{name}", optim[name])
+    if optim.schedule not in SCHEDULES:
+        raise ConfigError(f"optim.schedule must be one of {', '.join(SCHEDULES)}, got {optim.schedule!r}")
+    if isinstance(optim.end_lr_factor, bool) or not isinstance(optim.end_lr_factor, numbers.Real) or not (
+        0 <= optim.end_lr_factor <= 1
+    ):
+        raise ConfigError(f"optim.end_lr_factor must be a number in [0, 1], got {optim.end_lr_factor!r}")
     for name in ("b1", "b2"):
         if not 0 <= optim[name] < 1:
             raise ConfigError(f"optim.{name} must be in [0, 1), got {optim[name]!r}")
@@ -139,7 +152,7 @@ def to_json_dict(config: ml_collections.ConfigDict) -> dict:
 
 def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
     """Fields in the identity sections where a saved run config differs from ``config``."""
-    saved, current = _with_added_defaults(saved), _with_added_defaults(to_json_dict(config))
+    saved, current = with_added_defaults(saved), with_added_defaults(to_json_dict(config))
     diffs = []
     for section in IDENTITY_SECTIONS:
         a, b = saved.get(section), current.get(section)
@@ -152,11 +165,11 @@ def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list
     return diffs
 
 
-def _with_added_defaults(config: dict) -> dict:
+def with_added_defaults(config: dict) -> dict:
     """A config dict with the later-added identity keys it lacks set to their defaults (only where
     the key applies: ``model.objective_slices`` to the rank-4 family's section)."""
     config = dict(config)
-    for path, default in ADDED_IDENTITY_DEFAULTS.items():
+    for path, default in ADDED_DEFAULTS.items():
         if path == ("model", "objective_slices") and config.get("model_family") != "rank4":
             continue
         *parents, key = path
@@ -192,7 +205,7 @@ def data_fingerprint(config: ml_collections.ConfigDict) -> str | None:
 
 
 def from_json_dict(saved: dict) -> ml_collections.ConfigDict:
-    saved = {k: v for k, v in _with_added_defaults(saved).items() if k != FINGERPRINT_KEY}
+    saved = {k: v for k, v in with_added_defaults(saved).items() if k != FINGERPRINT_KEY}
     config = ml_collections.ConfigDict(saved)
     config.data.split = tuple(config.data.split)
     return config

@@ -26,7 +26,13 @@ from rank4jax.training.batches import batch_layout
 from rank4jax.training.data_setup import RunData, prepare_data, validation_windows
 from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.programs import Programs, StepPolicy, build_programs, optim_key
-from rank4jax.training.run_config import FINGERPRINT_KEY, data_fingerprint, identity_differences, to_json_dict
+from rank4jax.training.run_config import (
+    FINGERPRINT_KEY,
+    data_fingerprint,
+    identity_differences,
+    to_json_dict,
+    with_added_defaults,
+)
 from rank4jax.training.state import TrainState, abstract_train_state, carry_optimizer_state
 from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
 
@@ -89,7 +95,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
         n_heads=config.model.get("n_heads"),  # None for a family without heads (the SPLM)
         hidden=4 * config.model.dx * config.model.dt,
     )
-    programs = build_programs(family, model_cfg, optim_key(config.optim), mesh, policy)
+    programs = build_programs(family, model_cfg, optim_key(config.optim, config.num_steps), mesh, policy)
     n_params = family.count_params(model_cfg)
     sharding.check_state_fits(programs.abstract, programs.state_sharding, n_params)  # before allocating
     groups = mesh.shape[sharding.DATA_AXIS]  # a compact training batch: a group per device and microbatch
@@ -141,7 +147,7 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str, fingerprint: str 
                 f"{workdir} holds checkpoints of a different config: {diffs[0]}{more}. "
                 "Use a new --workdir, or the config that wrote these checkpoints; nothing was changed."
             )
-        return tokenizer, saved
+        return tokenizer, with_added_defaults(saved)
 
     single = jax.process_count() == 1
     return first_readable(ckpt, steps[::-1] if single else steps[-1:], check, set_aside=single)[1]

@@ -29,12 +29,31 @@ def _decayed(params):
     return {k: jax.tree_util.tree_map(lambda _, keep=k != BUFFERS: keep, v) for k, v in params.items()}
 
 
-def make_optimizer(optim) -> optax.GradientTransformation:
-    """AdamW (lr 3e-4, wd 0.01, β = (0.9, 0.999), ε = 1e-8 in the paper) with optional linear warmup
-    and optional global-norm clipping (0 = off)."""
-    lr = optim.learning_rate
-    if optim.warmup_steps > 0:
-        lr = optax.linear_schedule(0.0, optim.learning_rate, optim.warmup_steps)
+SCHEDULES = ("constant", "cosine", "linear")  # optim.schedule: after the warmup, to end_lr_factor × lr
+
+
+def learning_rate_schedule(optim, num_steps: int = 0) -> optax.Schedule:
+    """The learning rate at each step: a linear warmup from 0 over ``optim.warmup_steps``, then
+    ``optim.schedule``: constant (the paper's), or a cosine or linear decay to
+    ``optim.end_lr_factor`` × the rate at ``num_steps`` (optax's schedules)."""
+    peak, warmup = optim.learning_rate, int(optim.warmup_steps)
+    decay = max(int(num_steps) - warmup, 1)
+    after = {
+        "constant": lambda: optax.constant_schedule(peak),
+        "cosine": lambda: optax.cosine_decay_schedule(peak, decay, alpha=optim.end_lr_factor),
+        "linear": lambda: optax.linear_schedule(peak, peak * optim.end_lr_factor, decay),
+    }[optim.schedule]()
+    if warmup <= 0:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
+
+
+def make_optimizer(optim, num_steps: int = 0) -> optax.GradientTransformation:
+    """AdamW (lr 3e-4, wd 0.01, β = (0.9, 0.999), ε = 1e-8 in the paper) at
+    :func:`learning_rate_schedule` (constant without a warmup: a plain rate, no schedule state), with
+    optional global-norm clipping (0 = off). ``num_steps``: the end of a decaying schedule."""
+    scheduled = optim.warmup_steps > 0 or optim.schedule != "constant"
+    lr = learning_rate_schedule(optim, num_steps) if scheduled else optim.learning_rate
     adamw = optax.adamw(lr, b1=optim.b1, b2=optim.b2, eps=optim.eps, weight_decay=optim.weight_decay, mask=_decayed)
     if optim.grad_clip_norm > 0:
         return optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), adamw)
@@ -55,8 +74,8 @@ def create_train_state(key: jax.Array, family: ModelFamily, model_cfg, optimizer
 
 def abstract_train_state(optim, family: ModelFamily, model_cfg) -> TrainState:
     """The train state's shapes and dtypes (ShapeDtypeStructs) under the ``optim`` settings; nothing
-    is allocated."""
-    optimizer = make_optimizer(optim)
+    is allocated (a schedule's length changes no shape)."""
+    optimizer = make_optimizer(optim, num_steps=1)
     return jax.eval_shape(lambda key: create_train_state(key, family, model_cfg, optimizer), jax.random.key(0))
 
 
