@@ -123,7 +123,8 @@ def restore_for_evaluation(workdir: str, step: str | int = "best", compute_dtype
         run, params = restore_run(ckpt, step, place)
     mesh = eval_mesh(run.config.eval_batch_size)
     policy = StepPolicy.of(run.config) if compute_dtype is None else StepPolicy(compute_dtype)
-    programs = build_programs(run.family, run.model_cfg, optim_key(run.config.optim, run.config.num_steps), mesh, policy)
+    optim = optim_key(run.config.optim, run.config.num_steps)
+    programs = build_programs(run.family, run.model_cfg, optim, mesh, policy)
     layout = batch_layout(run.config, run.family, run.model_cfg, groups=mesh.shape[sharding.DATA_AXIS])
     return run, params, Evaluators(programs, run.config.eval_batch_size, layout)
 
