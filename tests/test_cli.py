@@ -61,7 +61,7 @@ def test_every_config_file_loads_and_validates(path):
         lambda x: x.shape, programs.abstract.params
     )
     assert {k: v.shape for k, v in metrics.items()} == dict.fromkeys(
-        ("loss", "grad_norm", "param_norm", "update_norm", "last_slice_ce_sum", "last_slice_tokens"), ()
+        ("loss", "grad_norm", "param_norm", "update_norm", "last_slice_ce_sum", "last_slice_tokens", "learning_rate"), ()
     )
     sums = jax.eval_shape(programs.eval_step, programs.abstract.params, windows)
     assert {k: v.shape for k, v in sums.items()} == dict.fromkeys(

@@ -1,4 +1,4 @@
-"""Batched evaluation (rollout, Story Cloze scoring by both rules, next-state readout) against
+"""Batched evaluation (rollout, Story Cloze scoring by the three rules, next-state readout) against
 per-story references; ``eval.py --split=all``; ``--rollout_steps`` 0 and negative; the ROCStories
 configs on a slice of the shared file."""
 

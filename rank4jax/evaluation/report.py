@@ -1,7 +1,7 @@
 """Evaluate a saved run from its workdir alone (config and tokenizer come from the checkpoint).
 
 Reports on a chosen split (``train``, ``validation``, ``test``, or ``all``: every story of the
-file, for external test sets): window loss, LS(T) and token accuracy; Story Cloze accuracy by both
+file, for external test sets): window loss, LS(T) and token accuracy; Story Cloze accuracy by the three
 scoring rules (``rank4jax.evaluation.evaluators``) when the stories carry two candidate endings; a few
 decoded predictions Ŝ(T) beside the gold sentence; and multi-step rollout CE where the stories are
 long enough. Every part runs batched. Writes ``eval/<split>_step<N>.json`` (with ``--data=FILE``:
@@ -58,7 +58,7 @@ def evaluate_run(
     step: str | int = "best",
     data_path: str | None = None,
     num_examples: int = 5,
-    rollout_steps: int = 3,
+    rollout_steps: int = 1,
     cloze_contexts: int = CLOZE_CONTEXTS,
     compute_dtype: str | None = None,
 ) -> dict:
@@ -92,6 +92,7 @@ def evaluate_run(
         "selection_loss": run.family.selection_loss,  # what "window_ce" measures for this family
         "selection": run.config.selection,  # the validation loss that selected the step: window or LS(T)
         "objective": objective_label(run.model_cfg),  # what the training loss averaged
+        "prediction": run.family.prediction,  # what a predicted state Ŝ(T) is for this family
     }
     if not len(window_set.windows):
         report["note"] = "no windows in this split"

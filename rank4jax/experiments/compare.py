@@ -144,7 +144,7 @@ def _lower(a: float, b: float, names=("rank-4", "baseline")) -> str:
 
 
 def cloze_markdown(res: dict) -> list[str]:
-    """The Story Cloze lines of the table: both scoring rules for both models, and who is higher."""
+    """The Story Cloze lines of the table: the three scoring rules for both models, and who is higher."""
     if res.get("rank4_cloze_accuracy") is None:
         return []
     lines = [
