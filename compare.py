@@ -41,7 +41,8 @@ _CONTEXTS = flags.DEFINE_integer(
 _CLOZE = flags.DEFINE_string(
     "cloze_data",
     "",
-    "A Story Cloze CSV (not the training data) whose every story both models are scored on, by the three rules (mean CE, PMI, ending only).",
+    "A Story Cloze CSV (not the training data) whose every story both models are scored on, by the three rules "
+    "(mean CE, PMI, ending only).",
 )
 
 

@@ -61,7 +61,8 @@ def test_every_config_file_loads_and_validates(path):
         lambda x: x.shape, programs.abstract.params
     )
     assert {k: v.shape for k, v in metrics.items()} == dict.fromkeys(
-        ("loss", "grad_norm", "param_norm", "update_norm", "last_slice_ce_sum", "last_slice_tokens", "learning_rate"), ()
+        ("loss", "grad_norm", "param_norm", "update_norm", "last_slice_ce_sum", "last_slice_tokens", "learning_rate"),
+        (),
     )
     sums = jax.eval_shape(programs.eval_step, programs.abstract.params, windows)
     assert {k: v.shape for k, v in sums.items()} == dict.fromkeys(
@@ -215,6 +216,6 @@ def test_print_config_lists_every_key_resolved_and_an_unknown_key_reads_plainly(
     assert printed["model"]["objective_slices"] == "all" and printed["data"]["source"] == "file"
     out = run("train.py", f"--workdir={tmp_path}", "--config.model.dxx=3")
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
-        "error: unknown config key 'dxx' in --config.model.dxx (Did you mean \"dx\" instead of \"dxx\"?); "
+        'error: unknown config key \'dxx\' in --config.model.dxx (Did you mean "dx" instead of "dxx"?); '
         "train.py --print_config lists every key"
     )

@@ -79,8 +79,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
         _check_nonnegative(f"optim.{name}", optim[name])
     if optim.schedule not in SCHEDULES:
         raise ConfigError(f"optim.schedule must be one of {', '.join(SCHEDULES)}, got {optim.schedule!r}")
-    if isinstance(optim.end_lr_factor, bool) or not isinstance(optim.end_lr_factor, numbers.Real) or not (
-        0 <= optim.end_lr_factor <= 1
+    if (
+        isinstance(optim.end_lr_factor, bool)
+        or not isinstance(optim.end_lr_factor, numbers.Real)
+        or not (0 <= optim.end_lr_factor <= 1)
     ):
         raise ConfigError(f"optim.end_lr_factor must be a number in [0, 1], got {optim.end_lr_factor!r}")
     for name in ("b1", "b2"):
