@@ -259,7 +259,11 @@ def test_optimiser_settings_may_change_on_resume(tiny_run_copy, capsys):
     """Adding clipping and a warmup schedule on resume (what the divergence message advises): the
     run continues from its checkpoint with Adam's moments and step carried over."""
     saved = restore_state_numpy(tiny_run_copy, 6)
-    config = tiny_config(num_steps=8, **{"optim.grad_clip_norm": 1.0, "optim.warmup_steps": 3})
+    listing = sorted(os.listdir(tiny_run_copy))
+    with pytest.raises(CheckpointError, match=r"trained with batch_size=8: .* batch_size=16 would skip or repeat"):
+        train(tiny_config(num_steps=8, batch_size=16), str(tiny_run_copy))  # refused before any work
+    assert sorted(os.listdir(tiny_run_copy)) == listing
+    config = tiny_config(num_steps=8, grad_accum_steps=2, **{"optim.grad_clip_norm": 1.0, "optim.warmup_steps": 3})
     seen = {}
     summary = train(
         config, str(tiny_run_copy), hooks=[lambda step, state: seen.setdefault(step, jax.device_get(state.opt_state))]
@@ -267,6 +271,7 @@ def test_optimiser_settings_may_change_on_resume(tiny_run_copy, capsys):
     assert summary["step"] == 8 and sorted(seen) == [7, 8]
     err = capsys.readouterr().err
     assert "optimiser settings changed on resume (grad_clip_norm: 0.0 → 1.0; warmup_steps: 0 → 3)" in err
+    assert "settings changed on resume: grad_accum_steps: 1 → 2; num_steps: 6 → 8; plots: True → False\n" in err
     clip, (adam, _, schedule) = seen[7]
     assert int(adam.count) == 7 and int(schedule.count) == 7  # one step after the carried 6 (fresh: 1)
     assert int(saved.opt_state[0].count) == 6 and any(np.any(x) for x in jax.tree_util.tree_leaves(saved.opt_state))

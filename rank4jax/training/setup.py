@@ -28,6 +28,7 @@ from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.programs import Programs, StepPolicy, build_programs, optim_key
 from rank4jax.training.run_config import (
     FINGERPRINT_KEY,
+    IDENTITY_SECTIONS,
     data_fingerprint,
     identity_differences,
     to_json_dict,
@@ -141,6 +142,14 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str, fingerprint: str 
                 f"the data at {config.data.path} has changed since these checkpoints were written "
                 f"(SHA-256 {old[:12]}… then, {fingerprint[:12]}… now)"
             ]
+        old_batch = saved.get("batch_size")
+        if not diffs and old_batch is not None and old_batch != config.batch_size:
+            raise CheckpointError(
+                f"{workdir} was trained with batch_size={old_batch}: its saved data position counts batches of "
+                f"{old_batch}, so batch_size={config.batch_size} would skip or repeat windows. Resume with "
+                f"--config.batch_size={old_batch} (grad_accum_steps splits a batch without changing the update), "
+                "or use a new --workdir; nothing was changed."
+            )
         if diffs:
             more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
             raise CheckpointError(
@@ -164,6 +173,9 @@ def restore_or_init(run: Run, train_iter) -> TrainState:
             state = state.replace(params=jax.device_put(params, programs.state_sharding.params))
         return state
     changed = optim_changes(run.saved, run.config)
+    others = setting_changes(run.saved, run.saved_config)
+    if others and run.is_main:
+        say(f"rank4jax: settings changed on resume: {'; '.join(others)}")
     abstract = programs.abstract
     if changed:  # restore into the optimiser state the checkpoint was written with
         abstract = abstract_train_state(ml_collections.ConfigDict(run.saved["optim"]), run.family, run.model_cfg)
@@ -183,6 +195,30 @@ def restore_or_init(run: Run, train_iter) -> TrainState:
             what = "; ".join(changed)
             say(f"rank4jax: optimiser settings changed on resume ({what}): Adam moments and step carried over")
     return state
+
+
+# Not compared on resume: the sections checked as the run's identity, the optimiser (its own line),
+# and the data's hash a checkpoint records beside the config.
+_NOT_SETTINGS = (*IDENTITY_SECTIONS, "optim", FINGERPRINT_KEY)
+
+
+def setting_changes(saved: dict | None, current: dict) -> list[str]:
+    """The run settings (outside the identity and ``optim``) a resume changes, "key: old → new", from
+    the config the checkpoints carry and the one this run's will (``Run.saved_config``: its batch
+    layout resolved)."""
+    flat_old, flat_new = _flatten(saved or {}), _flatten(current)
+    keys = sorted(k for k in set(flat_old) | set(flat_new) if k.split(".")[0] not in _NOT_SETTINGS)
+    return [f"{k}: {flat_old.get(k)!r} → {flat_new.get(k)!r}" for k in keys if flat_old.get(k) != flat_new.get(k)]
+
+
+def _flatten(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def optim_changes(saved: dict | None, config) -> list[str]:
