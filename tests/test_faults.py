@@ -667,3 +667,30 @@ def test_a_finished_run_whose_last_checkpoint_has_no_loss_validates_it_on_rerun(
     assert f"step 6: its checkpoint carried no validation loss: {loss:.4f} added" in capsys.readouterr().out
     with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
         assert (ckpt.metric(6), ckpt.best_step()) == (loss, 6)
+
+
+def test_a_checkpoint_directory_made_unwritable_mid_run_is_one_error_at_the_next_save(tmp_path):
+    """``chattr +i checkpoints/`` after the first save: the next save is one WorkdirError within
+    seconds naming the step, the cause and the intact checkpoint (orbax alone waits 300 s at a barrier,
+    then raises a TimeoutError)."""
+    directory = tmp_path / "checkpoints"
+
+    def freeze(step, state):
+        if step == 3:  # once checkpoint 2 is committed (orbax renames its temporary directory last)
+            deadline = time.monotonic() + 60
+            while os.listdir(directory) != ["2"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            subprocess.run(["chattr", "+i", str(directory)], check=True, capture_output=True)
+
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode:
+        pytest.skip("chattr +i is not available here (needs root on a filesystem with immutable flags)")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    try:
+        with pytest.raises(WorkdirError) as error:
+            train(tiny_config(), str(tmp_path), hooks=[freeze])
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+    assert str(error.value) == f"cannot save checkpoint 4 in {tmp_path}: Operation not permitted; checkpoint 2 is intact"
+    assert sorted(os.listdir(directory)) == ["2"]

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import warnings
 
 import grain
@@ -278,7 +279,20 @@ class RunCheckpoints:
             raise CheckpointError(f"no checkpoint at step {step} in {self.workdir}; available: {steps}")
         return step
 
+    def _check_writable(self, step: int) -> None:
+        """A probe directory made and removed in checkpoints/ before each save: a directory that has
+        become unwritable (read-only, immutable, permissions) is one error at once, where orbax would
+        wait minutes at its directory-creation barrier and then fail with a traceback."""
+        if jax.process_index() != 0:  # the processes share the directory
+            return
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=checkpoint_dir(self.workdir)))
+        except OSError as e:
+            self.wait_until_finished()  # an earlier save still being written fails first, and is named
+            raise storage_error(e, self.workdir, step) from None
+
     def save(self, step: int, state, data_iter, config: dict, tokenizer, metrics: dict | None) -> None:
+        self._check_writable(step)
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=grain.checkpoint.CheckpointSave(data_iter),
