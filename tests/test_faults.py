@@ -692,5 +692,6 @@ def test_a_checkpoint_directory_made_unwritable_mid_run_is_one_error_at_the_next
             train(tiny_config(), str(tmp_path), hooks=[freeze])
     finally:
         subprocess.run(["chattr", "-i", str(directory)], check=True)
-    assert str(error.value) == f"cannot save checkpoint 4 in {tmp_path}: Operation not permitted; checkpoint 2 is intact"
+    expected = f"cannot save checkpoint 4 in {tmp_path}: Operation not permitted; checkpoint 2 is intact"
+    assert str(error.value) == expected
     assert sorted(os.listdir(directory)) == ["2"]
