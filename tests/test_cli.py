@@ -3,8 +3,6 @@
 import glob
 import importlib.util
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,13 +12,8 @@ from rank4jax.models.family import get_family
 from rank4jax.training import sharding
 from rank4jax.training.programs import build_programs, optim_key
 from rank4jax.training.run_config import validate
-from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
-
-
-def run(*args, cwd=REPO):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
-
+from tests.conftest import REPO
+from tests.launcher import run
 
 CONFIG_FILES = sorted(p for p in glob.glob(str(REPO / "configs" / "*.py")) if not p.endswith("__init__.py"))
 

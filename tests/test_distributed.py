@@ -1,12 +1,9 @@
 """A real two-process run: ``train.py --distributed`` as two processes on this machine (coordinator on
 127.0.0.1, one CPU device each, JAX's CPU collectives over gloo)."""
 
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import jax
@@ -15,7 +12,7 @@ import numpy as np
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
+from tests import launcher
 from tests.helpers import tiny_config
 
 STEPS = 4
@@ -35,27 +32,19 @@ def _free_port() -> int:
 
 def _start_two_processes(workdir, **overrides):
     port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)  # one CPU device per process
     args = [f"--config.{k}={v}" for k, v in (FLAGS | overrides).items()]
-    return [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "train.py",
-                "--config=configs/default.py",
-                f"--workdir={workdir}",
-                *args,
-                "--distributed",
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
+    return [  # one CPU device per process
+        launcher.start(
+            "train.py",
+            "--config=configs/default.py",
+            f"--workdir={workdir}",
+            *args,
+            "--distributed",
+            f"--coordinator_address=127.0.0.1:{port}",
+            "--num_processes=2",
+            f"--process_id={i}",
+            merge_stderr=True,
+        )
         for i in range(2)
     ]
 

@@ -25,6 +25,7 @@ from rank4jax.evaluation.report import evaluate_run
 from rank4jax.runs import describe_run, load_run
 from rank4jax.training import output, workdir_lock
 from rank4jax.training.loop import train
+from tests import launcher
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 from tests.helpers import tiny_config
 
@@ -43,6 +44,7 @@ TINY_FLAGS = (
 
 
 def _start(args, **kwargs):
+    """A fresh interpreter, for the tests that read its output as it comes or signal it while it imports."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
     return subprocess.Popen(
         [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
@@ -62,7 +64,7 @@ def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_pa
     first (pid, host, command), changes nothing and leaves the first running; after ``kill -9`` of
     the first its lock is taken over with a note."""
     workdir = str(tmp_path / "run")
-    first = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=1000000"])
+    first = launcher.start("train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=1000000")
     try:
         deadline = time.time() + 120
         metrics = os.path.join(workdir, "metrics.jsonl")  # training: every file it writes exists
@@ -72,7 +74,7 @@ def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_pa
             time.sleep(0.2)
         os.kill(first.pid, signal.SIGSTOP)  # paused, it still holds its lock, and leaves the CPU to the second
         before = sorted(os.listdir(workdir))
-        second = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=4"])
+        second = launcher.start("train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=4")
         _, err = second.communicate(timeout=120)
         assert second.returncode == 2 and "Traceback" not in err, err
         line = err.strip().splitlines()[-1]
@@ -105,14 +107,7 @@ def test_unwritable_workdir_is_one_error_before_any_work(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(WorkdirError, match="cannot create the workdir"):
         workdir_lock.make_workdir(str(blocker / "run"))
-    out = subprocess.run(
-        [sys.executable, "train.py", f"--workdir={blocker}/run", *TINY_FLAGS],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS),
-        timeout=120,
-    )
+    out = launcher.run("train.py", f"--workdir={blocker}/run", *TINY_FLAGS, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"error: cannot create the workdir {blocker}/run: Not a directory"
 
@@ -419,14 +414,9 @@ def test_a_full_disk_is_one_error_and_the_saved_checkpoints_stay(tmp_path, monke
     assert train(tiny_config(), workdir)["step"] == 6
 
 
-def _cli(*args, **kwargs):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, env=env, **kwargs)
-
-
 def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
     (tiny_run_copy / "eval").write_text("a file where the reports directory would go")
-    out = _cli("eval.py", f"--workdir={tiny_run_copy}", "--split=validation", "--rollout_steps=0", timeout=300)
+    out = launcher.run("eval.py", f"--workdir={tiny_run_copy}", "--split=validation", "--rollout_steps=0", timeout=300)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert json.loads(out.stdout[: out.stdout.index("}") + 1])["window_ce"] > 0  # the figures are printed
     assert out.stderr.strip().splitlines()[-1].startswith(f"error: cannot write the report {tiny_run_copy}/eval/")

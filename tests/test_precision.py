@@ -164,6 +164,42 @@ def test_the_new_config_keys_are_checked_one_line_each():
         validate(tiny_config(compute_dtype="float16"))
     with pytest.raises(ConfigError, match="profile_steps must be 'first:last'"):
         validate(tiny_config(profile_steps="5:2"))
+    with pytest.raises(ConfigError) as caught:
+        validate(tiny_config(profile_steps="50:60", num_steps=40))
+    assert str(caught.value) == "profile_steps=50:60 starts after num_steps=40: nothing would be traced"
+
+
+def test_a_trace_that_cannot_be_started_or_written_is_one_warning(tmp_path, monkeypatch, capsys):
+    """A full disk while the profiler writes (JAX raises RESOURCE_EXHAUSTED from stop_trace) or a
+    directory it cannot make: one warning each, the run's step contexts go on, nothing raised."""
+    from rank4jax.training.profiling import Profiler
+
+    def full_disk():
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: No space left on device\nmore detail")
+
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda *a, **k: None)
+    monkeypatch.setattr(jax.profiler, "stop_trace", full_disk)
+    profiler = Profiler(str(tmp_path), "2:3")
+    for step in (1, 2, 3, 4):
+        with profiler.step(step):
+            pass
+        profiler.step_done(step, None)
+    profiler.stop()  # the run's end: nothing left to write
+    expected = (
+        f"rank4jax: warning: the profile of steps 2-3 was not written under {tmp_path}/profile: "
+        "RESOURCE_EXHAUSTED: No space left on device; training goes on without it\n"
+    )
+    assert capsys.readouterr().err == expected
+
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda *a, **k: full_disk())
+    profiler = Profiler(str(tmp_path), "1:2")
+    for step in (1, 2):
+        with profiler.step(step):
+            pass
+        profiler.step_done(step, None)
+    assert capsys.readouterr().err == expected.replace(
+        "the profile of steps 2-3 was not written", "cannot start the profile"
+    )
 
 
 def test_flop_counts_by_hand():

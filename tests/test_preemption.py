@@ -9,8 +9,6 @@ absent). The exact resume after a signal and the best-step rule are in
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.runs import load_run
 from rank4jax.training.metrics import read_metrics
-from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
+from tests import launcher
 
 # From SIGTERM to exit: finish the running step, save, write the summary and plots, exit. Measured
 # about 3 s on 2 cores (a validation pass alone took longer before issue 19); generous for CI noise.
@@ -26,13 +24,10 @@ EXIT_WITHIN_S = 45.0
 
 
 def _start(*args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
-    return subprocess.Popen(
-        [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    return launcher.start(*args)
 
 
-def _wait_for_training(metrics_path: str, proc: subprocess.Popen, timeout: float = 240.0) -> None:
+def _wait_for_training(metrics_path: str, proc: launcher.Proc, timeout: float = 240.0) -> None:
     """Until the run has logged a training record (compiled and stepping)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -46,7 +41,7 @@ def _wait_for_training(metrics_path: str, proc: subprocess.Popen, timeout: float
     pytest.fail("the run did not start training in time")
 
 
-def _signal_and_wait(proc: subprocess.Popen, signals: tuple) -> tuple[float, str]:
+def _signal_and_wait(proc: launcher.Proc, signals: tuple) -> tuple[float, str]:
     start = time.time()
     for sig in signals:
         proc.send_signal(sig)

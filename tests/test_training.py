@@ -267,18 +267,12 @@ def test_training_seconds_sum_the_logged_intervals_of_every_start():
 
 
 def test_plot_command(tiny_run_copy):
-    import subprocess
-    import sys
+    from tests import launcher
 
     (tiny_run_copy / "plots" / "curves.png").unlink()
-    out = subprocess.run(
-        [sys.executable, "-m", "rank4jax.training.metrics", str(tiny_run_copy)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    out = launcher.run("-m", "rank4jax.training.metrics", str(tiny_run_copy), timeout=120)
     assert out.returncode == 0 and (tiny_run_copy / "plots" / "curves.png").is_file()
-    out = subprocess.run(
-        [sys.executable, "-m", "rank4jax.training.metrics", str(tiny_run_copy / "none")], capture_output=True, text=True
-    )
+    out = launcher.run("-m", "rank4jax.training.metrics", str(tiny_run_copy / "none"))
     assert out.returncode == 2 and "error: no metrics" in out.stderr
 
 
@@ -453,3 +447,19 @@ def test_each_run_writes_its_resolved_config_beside_its_summary(tiny_run):
         saved, _ = ckpt.load_meta(ckpt.latest_step())
     with open(os.path.join(tiny_run, "config.json"), encoding="utf-8") as f:
         assert json.load(f) == saved  # overrides, the measured batch layout and the data fingerprint included
+
+
+def test_an_event_file_that_cannot_be_written_is_one_warning_and_the_log_goes_on(tmp_path, monkeypatch, capsys):
+    from rank4jax.training.metrics import EventFile, MetricsWriter
+
+    def full_disk(self, scalars, step):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(EventFile, "add_scalars", full_disk)
+    with MetricsWriter(str(tmp_path)) as writer:
+        for step in (1, 2):
+            writer.write({"step": step, "split": "train", "loss": 2.5})
+    assert [r["step"] for r in read_metrics(str(tmp_path))["train"]] == [1, 2]
+    assert capsys.readouterr().err == (
+        f"rank4jax: warning: the TensorBoard event file in {tmp_path} stops here: No space left on device\n"
+    )

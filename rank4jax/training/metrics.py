@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from rank4jax.errors import WorkdirError, say
 
@@ -42,20 +43,36 @@ def read_json(path: str, what: str):
         return None
 
 
-def _summary_writer_class():
-    """tensorboardX's ``SummaryWriter``, imported without PyTorch. tensorboardX imports torch whenever it
-    is installed, only to accept torch tensors, which costs a run about 2 s of start-up; every value
+class EventFile:
+    """A TensorBoard event file written in the caller's thread with tensorboardX's ``EventsWriter``
+    (its ``SummaryWriter`` writes from a thread of its own, whose failures, a full disk, print a
+    traceback no run can catch): each ``add_scalars`` is written and flushed at once, so an error is
+    an ``OSError`` here. tensorboardX is imported without PyTorch: it imports torch whenever it is
+    installed, only to accept torch tensors, which costs a run about 2 s of start-up; every value
     written here is a Python number. Torch is hidden for that one import (``None`` in ``sys.modules``
     reads as not installed) and then visible again to anything that imports it."""
-    hide = "torch" not in sys.modules
-    if hide:
-        sys.modules["torch"] = None
-    try:
-        from tensorboardX import SummaryWriter
-    finally:
-        if hide and sys.modules.get("torch", 0) is None:
-            del sys.modules["torch"]
-    return SummaryWriter
+
+    def __init__(self, workdir: str):
+        hide = "torch" not in sys.modules
+        if hide:
+            sys.modules["torch"] = None
+        try:
+            from tensorboardX.event_file_writer import EventsWriter
+            from tensorboardX.proto.event_pb2 import Event
+            from tensorboardX.summary import scalar
+        finally:
+            if hide and sys.modules.get("torch", 0) is None:
+                del sys.modules["torch"]
+        self._event, self._scalar = Event, scalar
+        self._writer = EventsWriter(os.path.join(workdir, "events"))
+
+    def add_scalars(self, scalars: dict, step: int) -> None:
+        for name, value in scalars.items():
+            self._writer.write_event(self._event(wall_time=time.time(), step=step, summary=self._scalar(name, value)))
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 class MetricsWriter:
@@ -66,7 +83,7 @@ class MetricsWriter:
         self.path = os.path.join(workdir, METRICS_FILE)
         self.workdir = workdir
         self.enabled = enabled
-        self._events = None  # the tensorboardX writer, opened at the first record
+        self._events = None  # the event file, opened at the first record (False: given up)
 
     def __enter__(self):
         return self
@@ -77,21 +94,29 @@ class MetricsWriter:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        if self._events is None:  # opened first: once metrics.jsonl exists, so does the event file
-            self._events = _summary_writer_class()(self.workdir, flush_secs=30)
         try:
+            if self._events is None:  # opened first: once metrics.jsonl exists, so does the event file
+                self._events = EventFile(self.workdir)
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
         except OSError as e:
-            raise WorkdirError(f"cannot write {self.path}: {e.strerror}") from None
+            raise WorkdirError(f"cannot write {e.filename or self.path}: {e.strerror}") from None
         split = record.get("split", "train")
-        for name, value in record.items():
-            if name != "step" and isinstance(value, int | float) and not isinstance(value, bool):
-                self._events.add_scalar(f"{split}/{name}", value, global_step=int(record["step"]))
+        scalars = {
+            f"{split}/{name}": value
+            for name, value in record.items()
+            if name != "step" and isinstance(value, int | float) and not isinstance(value, bool)
+        }
+        if self._events:
+            try:
+                self._events.add_scalars(scalars, int(record["step"]))
+            except OSError as e:  # metrics.jsonl has the record: the run goes on without the event file
+                self._events = False
+                say(f"rank4jax: warning: the TensorBoard event file in {self.workdir} stops here: {e.strerror}")
 
     def close(self, quiet: bool = False) -> None:
         """Flush and close the event file; ``quiet`` when the run is failing (its own error says why)."""
-        if self._events is not None:
+        if self._events:
             events, self._events = self._events, None
             try:
                 events.close()  # flushes: a full disk fails here

@@ -3,7 +3,8 @@ those train steps (and of any validation between them) under ``<workdir>/profile
 for TensorBoard's profile plugin and a Perfetto trace (``perfetto_trace.json.gz``, ui.perfetto.dev).
 Each step is a ``StepTraceAnnotation`` ("train", its number), validation a ``TraceAnnotation``
 ("evaluation"), and the models name their parts with ``jax.named_scope`` (attention, mlp, readout).
-Only process 0 traces."""
+Only process 0 traces. The trace never stops a run: a trace that cannot be started or written
+(a full disk, an unwritable directory) is one warning, and training goes on."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 
 import jax
 
+from rank4jax.errors import say as warn
 from rank4jax.training.run_config import profile_range
 
 PROFILE_DIR = "profile"
@@ -28,8 +30,11 @@ class Profiler:
         """A context around train step ``step``: starts the trace at the first step of the range
         this run executes (a resumed run traces what is left of it), names the step while tracing."""
         if self.range and self.first is None and self.range[0] <= step <= self.range[1]:
-            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
-            self.first = step
+            try:
+                jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+                self.first = step
+            except Exception as e:  # noqa: BLE001 -- the trace is an extra: never the reason a run stops
+                self._give_up("cannot start the profile", e)
         if self.first is None:
             return contextlib.nullcontext()
         return jax.profiler.StepTraceAnnotation("train", step_num=step)
@@ -42,7 +47,16 @@ class Profiler:
     def stop(self, outputs=None, step: int | None = None) -> None:
         if self.first is not None:
             jax.block_until_ready(outputs)
-            jax.profiler.stop_trace()
             steps = f"steps {self.first}-{step}" if step is not None else f"the steps from {self.first}"
-            self.say(f"rank4jax: profile of {steps} written under {self.directory}")
             self.first = None
+            try:
+                jax.profiler.stop_trace()
+            except Exception as e:  # noqa: BLE001
+                self._give_up(f"the profile of {steps} was not written", e)
+                return
+            self.say(f"rank4jax: profile of {steps} written under {self.directory}")
+
+    def _give_up(self, what: str, error: Exception) -> None:
+        self.range = None
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        warn(f"rank4jax: warning: {what} under {self.directory}: {reason}; training goes on without it")

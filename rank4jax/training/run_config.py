@@ -62,7 +62,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
             f"batch_size ({config.batch_size}) must be a multiple of grad_accum_steps ({config.grad_accum_steps})"
         )
     check_compute_dtype(config.get("compute_dtype", "float32"))
-    profile_range(config.get("profile_steps", ""))
+    traced = profile_range(config.get("profile_steps", ""))
+    if traced and traced[0] > config.num_steps:
+        raise ConfigError(
+            f"profile_steps={config.profile_steps} starts after num_steps={config.num_steps}: nothing would be traced"
+        )
     if config.get("batch_layout", "rule") not in SETTINGS:
         raise ConfigError(f"batch_layout must be one of {', '.join(SETTINGS)}, got {config.batch_layout!r}")
     if config.checkpoint_every % config.eval_every:
