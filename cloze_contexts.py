@@ -8,13 +8,18 @@ Scores every story's endings after a pool of --pool other stories' contexts once
 story's scores, for further analysis) and prints the table.
 """
 
+from rank4jax.startup import exit_on_signals
+
+exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+
 import json
 import os
 
 import numpy as np
 from absl import app, flags, logging
 
-from rank4jax.cli import parse_flags, run_reporting_user_errors
+from rank4jax.cli import parse_flags, run_experiment
+from rank4jax.errors import ConfigError
 from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of a training run.", required=True)
@@ -30,19 +35,24 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
-    ks = tuple(int(k) for k in _KS.value)
-    result = run_reporting_user_errors(
-        lambda: context_spread(
+
+    def spread():
+        try:
+            ks = tuple(int(k) for k in _KS.value)
+        except ValueError:
+            raise ConfigError(f"--ks must be whole numbers separated by commas, got {','.join(_KS.value)!r}") from None
+        result = context_spread(
             _WORKDIR.value, _CLOZE.value, step=_STEP.value, pool=_POOL.value, ks=ks, draws=_DRAWS.value
         )
-    )
-    out_dir = os.path.join(_WORKDIR.value, "eval")
-    os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, f"cloze_contexts_step{result['step']}")
-    np.savez_compressed(stem + ".npz", **result.pop("per_story"))
-    with open(stem + ".json", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(spread_markdown(result))
+        out_dir = os.path.join(_WORKDIR.value, "eval")
+        os.makedirs(out_dir, exist_ok=True)
+        stem = os.path.join(out_dir, f"cloze_contexts_step{result['step']}")
+        np.savez_compressed(stem + ".npz", **result.pop("per_story"))
+        with open(stem + ".json", "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        return result
+
+    print(spread_markdown(run_experiment("context spread", spread)))
 
 
 if __name__ == "__main__":

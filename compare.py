@@ -17,10 +17,14 @@ the paper's Table 5 (LS(T), Δ, parameters, wall time) with curves like its Figu
 Rerunning resumes the runs. Writes compare.md, compare.json and plots/compare_curves.png.
 """
 
+from rank4jax.startup import exit_on_signals
+
+exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
+from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
 from rank4jax.experiments.compare import compare
 
 with config_flag_errors():
@@ -51,7 +55,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
-    result = run_reporting_user_errors(
+    result = run_experiment(
+        "comparison",
         lambda: compare(
             config_value(_RANK4),
             config_value(_BASELINE),
@@ -60,7 +65,7 @@ def main(argv):
             _CLOZE.value or None,
             _CONTEXTS.value,
             config_value(_WIDE) if _WIDE.value is not None else None,
-        )
+        ),
     )
     print(result["table"])
 

@@ -7,23 +7,11 @@ python eval.py --workdir=runs/default --split=test [--step=best|latest|N] [--dat
 the three scoring rules (mean CE, PMI, ending only). ``--rollout_steps=0`` skips the rollout.
 """
 
-import os
-import signal
 import sys
 
+from rank4jax.startup import exit_on_signals
 
-def _stop_while_starting(signum, frame):  # Ctrl-C while the libraries import: one line, no traceback
-    os.write(2, f"stopped: {signal.Signals(signum).name} while starting; nothing was read or written\n".encode())
-    os._exit(128 + signum)
-
-
-def _stop_after_the_report(signum, frame):  # Ctrl-C while the figures are printed
-    os.write(2, f"stopped: {signal.Signals(signum).name} after the evaluation had finished\n".encode())
-    os._exit(128 + signum)
-
-
-signal.signal(signal.SIGINT, _stop_while_starting)
-signal.signal(signal.SIGTERM, _stop_while_starting)
+exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
 
 import json  # noqa: E402
 
@@ -69,8 +57,7 @@ def main(argv):
             _CONTEXTS.value,
             _DTYPE.value,
         )
-    signal.signal(signal.SIGINT, _stop_after_the_report)  # from here on the report is written (or its error said)
-    signal.signal(signal.SIGTERM, _stop_after_the_report)
+    exit_on_signals("after the evaluation had finished")  # from here on the report is written (or its error said)
     headline = {
         k: report[k]
         for k in (

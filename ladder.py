@@ -17,10 +17,14 @@ an extra), baseline (free-running, parameter-matched: the paper's comparison), b
 teacher-forced causal LM on every token, parameter-matched: the reference).
 """
 
+from rank4jax.startup import exit_on_signals
+
+exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
+from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
 from rank4jax.errors import ConfigError
 from rank4jax.experiments import ladder as lad
 
@@ -84,7 +88,7 @@ def main(argv):
         plan, given, base = _plan(), _given(), config_value(_CONFIG)
         return lad.ladder(base, _WORKDIR.value, plan, given=given, only=_ONLY.value, evaluate=evaluate)
 
-    result = run_reporting_user_errors(go)
+    result = run_experiment("ladder", go)
     if result is not None:
         print(result["table"])
 

@@ -11,6 +11,10 @@ argmax of S(T), every token at once; the baseline decodes S(T) free-running; the
 token by token.
 """
 
+from rank4jax.startup import exit_on_signals
+
+exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+
 from absl import app, flags, logging
 
 from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals

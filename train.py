@@ -6,18 +6,10 @@ python train.py --config=configs/rocstories.py --print_config   # every config k
 Each run writes its resolved config to <workdir>/config.json.
 """
 
-import os
-import signal
+from rank4jax.startup import exit_on_signals
 
-
-def _stop_outside_the_loop(signum, frame):  # Ctrl-C while importing, reading data or compiling
-    name = signal.Signals(signum).name
-    os.write(2, f"stopped: {name} outside the training loop; no checkpoint was being written\n".encode())
-    os._exit(128 + signum)  # the libraries' threads may be running: no interpreter shutdown under them
-
-
-signal.signal(signal.SIGINT, _stop_outside_the_loop)  # the loop installs its own (save, then stop)
-signal.signal(signal.SIGTERM, _stop_outside_the_loop)
+# Ctrl-C while importing, reading data or compiling; the loop installs its own (save, then stop)
+exit_on_signals("outside the training loop; no checkpoint was being written")
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402

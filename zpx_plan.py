@@ -13,10 +13,14 @@ Rerunning resumes. Writes zpx_plan.md and zpx_plan.json in the workdir; with ``-
 per seed in ``<workdir>/seed<s>`` and the combined table (mean ± half-range) in zpx_seeds.md/.json.
 """
 
+from rank4jax.startup import exit_on_signals
+
+exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors
+from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
 from rank4jax.errors import ConfigError
 from rank4jax.experiments.zpx_plan import run_plan, run_seeds
 from rank4jax.training.run_config import model_section
@@ -57,7 +61,7 @@ def main(argv):
             return run_seeds(bases, _WORKDIR.value, seeds, **kwargs)
         return run_plan(bases, _WORKDIR.value, **kwargs)
 
-    print(run_reporting_user_errors(run)["table"])
+    print(run_experiment("ZPX plan", run)["table"])
 
 
 if __name__ == "__main__":

@@ -12,27 +12,24 @@ Public API (SPEC §11)::
     prediction = rank4jax.predict_next(run, sentences)     # the next sentence, any family
 """
 
-from rank4jax.models.rank4 import (
-    Rank4Config,
-    count_params,
-    export_params,
-    forward,
-    import_params,
-    init_params,
-    window_losses,
-)
+import importlib
+
+_HOMES = {  # each public name's module, imported on first use: ``import rank4jax.startup`` stays light
+    **dict.fromkeys(
+        ("Rank4Config", "count_params", "export_params", "forward", "import_params", "init_params", "window_losses"),
+        "rank4jax.models.rank4",
+    ),
+    "load_run": "rank4jax.runs",
+    "predict_next": "rank4jax.prediction",
+}
 
 
-def __getattr__(name):  # load_run pulls in orbax and the trainer: imported on first use only
-    if name == "load_run":
-        from rank4jax.runs import load_run
-
-        return load_run
-    if name == "predict_next":
-        from rank4jax.prediction import predict_next
-
-        return predict_next
-    raise AttributeError(f"module 'rank4jax' has no attribute {name!r}")
+def __getattr__(name):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'rank4jax' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name]), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

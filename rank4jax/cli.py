@@ -10,6 +10,7 @@ import sys
 import traceback
 
 from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError, say
+from rank4jax.startup import exit_on_signals
 
 
 def run_reporting_user_errors(fn, *args, **kwargs):
@@ -180,9 +181,10 @@ def config_value(holder):
 
 
 @contextlib.contextmanager
-def stop_on_signals(what: str):
-    """SIGINT/SIGTERM during a command that has nothing to save (evaluation): one line on stderr and
-    exit status 130/143, no traceback. The signal is recorded before it interrupts, so an interrupt
+def stop_on_signals(what: str, after: str = "no report was written after it"):
+    """SIGINT/SIGTERM during a command that has nothing to save (evaluation), or whose training stages
+    save on their own (experiments): one line on stderr (``stopped: <SIGNAL> during <what>; <after>``)
+    and exit status 130/143, no traceback. The signal is recorded before it interrupts, so an interrupt
     that a library catches and swallows (or that lands in a gc callback, where Python only reports
     it) still stops the command when the block ends."""
     received = []
@@ -207,8 +209,19 @@ def stop_on_signals(what: str):
         sys.unraisablehook = previous_unraisable
     if received:
         name = signal.Signals(received[0]).name
-        say(f"stopped: {name} during {what}; no report was written after it")
+        say(f"stopped: {name} during {what}; {after}")
         sys.stdout.flush()
         # os._exit, not sys.exit: the libraries' worker threads (XLA, tensorstore) may still be
         # running, and interpreter shutdown under them can crash; there is nothing left to save
         os._exit(SIGNAL_STATUS[name])
+
+
+def run_experiment(what: str, fn):
+    """The body of an experiment command (compare, ladder, zpx_plan, splm_report, cloze_contexts): a
+    user error is one line (status 2); a training stage stopped by a signal saves, then one line
+    (its own, 130/143); a signal anywhere else (setting up, compiling, evaluating) one line with the
+    resume hint. Afterwards, a signal while the results print says that they are complete."""
+    with stop_on_signals(what, after="rerun the same command to resume (finished runs are kept)"):
+        result = run_reporting_user_errors(fn)
+    exit_on_signals(f"after the {what} had finished; its results are written")
+    return result

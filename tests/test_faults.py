@@ -20,7 +20,14 @@ import pytest
 
 from rank4jax.checkpoint import damage, storage
 from rank4jax.checkpoint.damage import CheckpointDamaged
-from rank4jax.errors import CheckpointError, TrainingDivergedError, WorkdirBusyError, WorkdirError
+from rank4jax.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    TrainingDivergedError,
+    WorkdirBusyError,
+    WorkdirError,
+)
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.runs import describe_run, load_run
 from rank4jax.training import output, workdir_lock
@@ -49,6 +56,15 @@ def _start(args, **kwargs):
     return subprocess.Popen(
         [sys.executable, *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
     )
+
+
+def _jaxlib_loaded(pid) -> bool:
+    """jaxlib's library is mapped into the process: it is importing the libraries."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
+            return "jaxlib" in f.read()
+    except OSError:
+        return False
 
 
 def _holder_pid(workdir) -> int | None:
@@ -497,20 +513,13 @@ def test_ctrl_c_while_train_py_starts_is_one_line_and_status_130(tmp_path, monke
     mapped into the process) and once the data is read and the state made (its model line is printed:
     the train step's compile is next). One ``stopped:`` line, status 130, no traceback, no checkpoint."""
 
-    def jaxlib_loaded(pid) -> bool:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8") as f:
-                return "jaxlib" in f.read()
-        except OSError:
-            return False
-
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # its model line as soon as it is printed
     for moment in ("importing", "compiling"):
         workdir = tmp_path / moment
         proc = _start(["train.py", f"--workdir={workdir}", *TINY_FLAGS], start_new_session=True)
         seen = ""
         if moment == "importing":
-            while not jaxlib_loaded(proc.pid):
+            while not _jaxlib_loaded(proc.pid):
                 assert proc.poll() is None, proc.communicate()
                 time.sleep(0.01)
         else:
@@ -685,3 +694,71 @@ def test_a_checkpoint_directory_made_unwritable_mid_run_is_one_error_at_the_next
     expected = f"cannot save checkpoint 4 in {tmp_path}: Operation not permitted; checkpoint 2 is intact"
     assert str(error.value) == expected
     assert sorted(os.listdir(directory)) == ["2"]
+
+
+def test_a_signal_outside_an_experiments_training_stages_is_one_line_with_the_resume_hint(tmp_path):
+    """``run_experiment`` (every experiment command's body) in a real process: SIGTERM while it sets up
+    or evaluates (here: the body signals itself) is one line and 143; a user error one line and 2; and
+    a signal after it has finished says the results are written."""
+    script = tmp_path / "experiment.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from rank4jax.cli import run_experiment\n"
+        "from rank4jax.errors import ConfigError\n"
+        "def body():\n"
+        "    if sys.argv[1] == 'error':\n"
+        "        raise ConfigError('--ks must each be at least 1, got 0')\n"
+        "    if sys.argv[1] == 'during':\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "run_experiment('ladder', body)\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(30)\n"
+    )
+    during, error, after = (launcher.run(str(script), moment, timeout=60) for moment in ("during", "error", "after"))
+    assert (during.returncode, during.stderr) == (
+        143,
+        "stopped: SIGTERM during ladder; rerun the same command to resume (finished runs are kept)\n",
+    )
+    assert (error.returncode, error.stderr) == (2, "error: --ks must each be at least 1, got 0\n")
+    assert (after.returncode, after.stderr) == (
+        130,
+        "stopped: SIGINT after the ladder had finished; its results are written\n",
+    )
+
+
+@pytest.mark.parametrize("script", ["compare.py", "ladder.py", "cloze_contexts.py"])
+def test_ctrl_c_while_an_experiment_command_imports_is_one_line_and_130(script, tmp_path):
+    proc = _start([script, f"--workdir={tmp_path}", "--cloze_data=x.csv"])
+    while not _jaxlib_loaded(proc.pid):  # its first statement has run: the libraries are importing
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, "", "stopped: SIGINT while starting; nothing was read or written\n")
+
+
+def test_cloze_contexts_settings_and_data_are_one_line_each(tiny_run, tmp_path):
+    from rank4jax.experiments.cloze_contexts import check_settings, context_spread
+
+    refusals = {
+        (1, (8,), 200): "--pool must be at least 2 (the pool factor divides by pool − 1), got 1",
+        (128, (0, 8), 200): "--ks must each be at least 1, got 0,8",
+        (128, (-1,), 200): "--ks must each be at least 1, got -1",
+        (128, (100000,), 200): "--ks: K=100000 is more than the pool of --pool=128 lenders it is drawn from",
+        (128, (8,), 1): "--draws must be at least 2 (the spread's standard deviation needs two), got 1",
+    }
+    for (pool, ks, draws), message in refusals.items():
+        with pytest.raises(ConfigError) as caught:
+            check_settings(pool, ks, draws)
+        assert str(caught.value) == message
+    rocstories = tmp_path / "roc.csv"  # five sentences a story: no endings to choose between
+    rocstories.write_text(
+        "storyid,storytitle,sentence1,sentence2,sentence3,sentence4,sentence5\n"
+        "a,,Tom ran.,He fell.,He cried.,Mom came.,All was well.\n"
+    )
+    with pytest.raises(DataError) as caught:
+        context_spread(str(tiny_run), str(rocstories), ks=(8,), draws=2)
+    assert str(caught.value).startswith(f"{rocstories} holds 0 Story Cloze stories (a context, two endings")
+    out = launcher.run("cloze_contexts.py", f"--workdir={tiny_run}", "--cloze_data=x.csv", "--ks=a")
+    assert (out.returncode, out.stderr) == (2, "error: --ks must be whole numbers separated by commas, got 'a'\n")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from rank4jax.data.windows import cloze_windows
+from rank4jax.errors import ConfigError, DataError
 from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
 from rank4jax.evaluation.report import restore_for_evaluation
 from rank4jax.training.data_setup import check_held_out, prepare_split
@@ -40,11 +41,18 @@ def context_spread(
     ``cloze_data``. ``per_story`` holds the arrays they come from, for further analysis: each ending's
     mean CE after its own story (W, 2) and after each lender's context (P, W, 2), the labels (W,) and
     the scored windows (W, 2, T+1, N)."""
+    check_settings(pool, ks, draws)
     run, params, evaluators = restore_for_evaluation(workdir, step)
     stories = prepare_split(run.config, run.tokenizer, "all", path=cloze_data)[0]
     check_held_out(run.config, stories, "all", cloze_data)
     pairs, labels = cloze_windows(stories, run.tokenizer, run.model_cfg.n_tokens, run.model_cfg.n_slices)
     score, batch, w = evaluators.programs.score, evaluators.batch_size, len(pairs)
+    if w < 2:
+        raise DataError(f"{cloze_data} holds {w} Story Cloze stor{'y' if w == 1 else 'ies'} (a context, two endings "
+                        "and the right one's number); the spread needs at least 2")  # fmt: skip
+    if max(ks) > min(pool, w - 1):
+        raise ConfigError(f"--ks: K={max(ks)} is more than the {min(pool, w - 1)} lenders there are "
+                          f"(--pool={pool}; {cloze_data} has {w} stories, each lent to by the others)")  # fmt: skip
     ce = cloze_scores(score, params, pairs, batch, n_contexts=0)["mean_ce"]  # (W, 2) after their own story
     other = lent_context_scores(score, params, pairs, other_contexts(w, pool, seed), batch)  # (P, W, 2)
     pool = len(other)
@@ -71,6 +79,18 @@ def context_spread(
         "contrast": contrast_by_label(whole_pool, labels),
         "per_story": {"own_ce": ce, "lent_ce": other, "labels": labels, "pairs": pairs},
     }
+
+
+def check_settings(pool: int, ks: tuple[int, ...], draws: int) -> None:
+    """One ConfigError naming the first setting the spread cannot use, before anything is read."""
+    if pool < 2:
+        raise ConfigError(f"--pool must be at least 2 (the pool factor divides by pool − 1), got {pool}")
+    if not ks or min(ks) < 1:
+        raise ConfigError(f"--ks must each be at least 1, got {','.join(map(str, ks))}")
+    if max(ks) > pool:
+        raise ConfigError(f"--ks: K={max(ks)} is more than the pool of --pool={pool} lenders it is drawn from")
+    if draws < 2:
+        raise ConfigError(f"--draws must be at least 2 (the spread's standard deviation needs two), got {draws}")
 
 
 def rule_scores(scores: dict) -> dict:
