@@ -6,16 +6,19 @@ python train.py --config=configs/rocstories.py --print_config   # every config k
 Each run writes its resolved config to <workdir>/config.json.
 """
 
+import os
+import signal
+
 from rank4jax.startup import exit_on_signals
 
-# Ctrl-C while importing, reading data or compiling; the loop installs its own (save, then stop)
+# Ctrl-C while importing and reading flags; train() installs its own (unwind while starting, or save then stop)
 exit_on_signals("outside the training loop; no checkpoint was being written")
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors  # noqa: E402
-from rank4jax.errors import SIGNAL_STATUS  # noqa: E402
+from rank4jax.errors import SIGNAL_STATUS, SignalInterrupt, say  # noqa: E402
 from rank4jax.training.loop import train  # noqa: E402
 from rank4jax.training.run_config import validate  # noqa: E402
 
@@ -49,7 +52,12 @@ def main(argv):
         jax.distributed.initialize(
             coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value
         )
-    summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
+    try:
+        summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
+    except SignalInterrupt as e:  # while the run started: it has unwound (lock released), nothing was saved
+        name = signal.Signals(e.signum).name
+        say(f"stopped: {name} outside the training loop; no checkpoint was being written")
+        os._exit(SIGNAL_STATUS[name])  # the libraries' threads may be running: no interpreter shutdown under them
     if summary["interrupted"]:
         raise SystemExit(SIGNAL_STATUS.get(summary["interrupted"], 1))
 

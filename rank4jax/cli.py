@@ -201,8 +201,8 @@ def stop_on_signals(what: str, after: str = "no report was written after it"):
     previous_unraisable, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
-    except KeyboardInterrupt:
-        received.append(signal.SIGINT)  # a Ctrl-C that arrived before the handler (or from elsewhere)
+    except KeyboardInterrupt as e:  # a run that was starting (SignalInterrupt: which signal), or a Ctrl-C
+        received.append(getattr(e, "signum", signal.SIGINT))  # that arrived before the handler
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -40,6 +40,14 @@ class TrainingDivergedError(UserError):
 SIGNAL_STATUS = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal number, as a shell reports it
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGINT/SIGTERM while a run starts (``training.signals``): nothing was saved; ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 class StageInterrupted(Exception):
     """A stage of a multi-stage command (one training run of compare.py, zpx_plan.py, splm_report.py)
     stopped on SIGINT/SIGTERM after saving its checkpoint; the command stops there with ``status``."""

@@ -39,6 +39,8 @@ def train(config, workdir: str, *, hooks=()) -> dict:
     validate(config)
     started = time.time()
     with contextlib.ExitStack() as stack:
+        # SIGINT/SIGTERM: while starting, unwind (nothing saved); in the loop, save then stop; after, noted
+        stop = stack.enter_context(StopRequest(enabled=jax.process_count() == 1))
         run = prepare_run(config, workdir, stack)
         batches = iter(_train_dataset(run))
         state = restore_or_init(run, batches)
@@ -52,11 +54,12 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         profiler = Profiler(workdir, config.get("profile_steps", ""), enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
         first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
-        with StopRequest(enabled=jax.process_count() == 1) as stop:  # from here a signal saves, then stops
-            actions = PeriodicActions(run, out, early, stop)
-            actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
-            state = _loop(run, state, first, batches, step_fn, actions, hooks, out, profiler, (start, end))
-            run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
+        stop.training()
+        actions = PeriodicActions(run, out, early, stop)
+        actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
+        state = _loop(run, state, first, batches, step_fn, actions, hooks, out, profiler, (start, end))
+        run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
+        stop.finishing()
         if jax.process_count() > 1:  # every process holds the same replicated parameters
             digest = sharding.check_replicas_agree(state.params)
             print(f"rank4jax: process {jax.process_index()} of {jax.process_count()}: parameters {digest}")

@@ -1,15 +1,23 @@
-"""SIGINT/SIGTERM during training: a flag the loop checks after every step."""
+"""SIGINT/SIGTERM during ``train``, in three phases:
+
+- **starting** (locking the workdir, reading the data, compiling): nothing is saved yet, so the
+  signal raises :class:`~rank4jax.errors.SignalInterrupt`; ``train`` unwinds (the lock released, what
+  it created and left empty removed) and the command says so in one line;
+- **training**: a flag the loop checks after every step: it saves a checkpoint, then stops;
+- **finishing** (the last save, the summary, the curves): noted in one line and otherwise ignored,
+  so a late signal cannot cut the summary short.
+"""
 
 from __future__ import annotations
 
 import signal
 
-from rank4jax.errors import say
+from rank4jax.errors import SignalInterrupt, say
 
 
 class StopRequest:
-    """Turns SIGINT/SIGTERM into a flag the loop checks after every step. It stays installed until
-    the last checkpoint is written, so a second signal during that save cannot cut it short.
+    """The handler of SIGINT/SIGTERM for the whole of ``train``; ``training()`` and ``finishing()``
+    move it on. ``signal``: the first signal of the training phase (the loop's flag).
 
     Single process only (``enabled``): a flag set in one process of a multi-process run would make
     it save alone; there JAX's preemption notifier keeps SIGTERM and the processes agree on a step."""
@@ -17,6 +25,7 @@ class StopRequest:
     def __init__(self, enabled: bool = True):
         self.signal: int | None = None
         self.enabled = enabled
+        self.phase = "starting"
         self._previous = {}
 
     def __enter__(self):
@@ -24,10 +33,22 @@ class StopRequest:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    def training(self) -> None:
+        self.phase = "training"
+
+    def finishing(self) -> None:
+        self.phase = "finishing"
+
     def _handle(self, signum, frame):
-        if self.signal is not None:
-            say(f"rank4jax: {signal.Signals(signum).name} again: still saving the checkpoint")
-        self.signal = self.signal or signum
+        name = signal.Signals(signum).name
+        if self.phase == "starting":
+            raise SignalInterrupt(signum)
+        if self.phase == "training" and self.signal is None:
+            self.signal = signum
+        elif self.phase == "training":
+            say(f"rank4jax: {name} again: still saving the checkpoint")
+        else:
+            say(f"rank4jax: {name}: training has ended; writing its summary first")
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
