@@ -344,6 +344,8 @@ BAD_FILES = {
         "line 1: neither UTF-8 nor Windows-1252 text (byte 0x9b)",
     ),
     "control.csv": (b"\x01\x02\x03,\x04\n", "not a text file (detected: unprintable characters in its first line)"),
+    "empty.csv": (b"", "the file is empty"),
+    "empty.txt": (b"", "the file is empty"),
 }
 
 
@@ -798,3 +800,33 @@ def test_a_signal_while_a_run_starts_unwinds_it_and_one_after_it_is_only_noted(t
     assert summary["step"] == 6 and summary["interrupted"] is None
     assert json.load(open(workdir / "train_summary.json"))["step"] == 6 and (workdir / "plots" / "curves.png").is_file()
     assert "rank4jax: SIGTERM: training has ended; writing its summary first\n" in capsys.readouterr().err
+
+
+def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(tiny_run, tmp_path, capsys):
+    """'best' where no checkpoint carries a validation loss (a run stopped at step 1) is the latest, with
+    a warning; K beyond the stories of a Story Cloze file is capped at their number, with a warning."""
+
+    def interrupt_at_1(step, state):
+        if step == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    workdir = str(tmp_path / "run")
+    train(tiny_config(), workdir, hooks=[interrupt_at_1])
+    capsys.readouterr()
+    with storage.RunCheckpoints(workdir, read_only=True) as ckpt:
+        assert ckpt.resolve_step("best") == 1
+    assert capsys.readouterr().err == (
+        f"rank4jax: warning: no checkpoint in {workdir} carries a validation loss; 'best' is the latest, step 1\n"
+    )
+    cloze = tmp_path / "cloze.csv"
+    cloze.write_text(
+        "InputSentence1,InputSentence2,InputSentence3,InputSentence4,RandomFifthSentenceQuiz1,"
+        "RandomFifthSentenceQuiz2,AnswerRightEnding\n"
+        + "".join(
+            f"Anna went out {i}.,She saw a dog.,It ran.,She ran.,She was happy.,She was sad.,1\n" for i in range(3)
+        )
+    )
+    report = evaluate_run(str(tiny_run), "all", data_path=str(cloze), num_examples=0, rollout_steps=0)
+    assert report["cloze_stories"] == 3
+    expected = "rank4jax: warning: cloze_contexts=8: each of the 3 Story Cloze stories can borrow 2 other contexts"
+    assert f"{expected}; K = 2 is used\n" in capsys.readouterr().err

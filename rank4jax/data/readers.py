@@ -59,6 +59,8 @@ def _check_file(path: str) -> None:
         raise DataError(f"data file not found: {path}")
     if not os.path.isfile(path):
         raise DataError(f"data path is not a file: {path}")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"{path}: the file is empty")
 
 
 _MAGIC = {  # file signatures of formats people pass by mistake

@@ -24,7 +24,7 @@ import numpy as np
 
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
-from rank4jax.errors import ConfigError
+from rank4jax.errors import ConfigError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
@@ -147,6 +147,9 @@ def _evaluate(evaluators, params, run, stories, window_set, options: dict, timin
     if "last_slice_ce_other_context" in report:  # nats the story's own context is worth to S(T)
         report["context_gain"] = report["last_slice_ce_other_context"] - report["last_slice_ce"]
     pairs, labels = cloze_windows(stories, tokenizer, model_cfg.n_tokens, t)
+    if 0 < len(pairs) <= options["cloze_contexts"]:
+        say(f"rank4jax: warning: cloze_contexts={options['cloze_contexts']}: each of the {len(pairs):,} Story "
+            f"Cloze stories can borrow {len(pairs) - 1:,} other contexts; K = {len(pairs) - 1:,} is used")  # fmt: skip
     report |= timed("cloze", evaluators.cloze, params, pairs, labels, options["cloze_contexts"])
     shown = windows[:num_examples]
     predicted = timed("examples", evaluators.predict, params, shown) if len(shown) else shown[:, 0]
