@@ -26,6 +26,7 @@ class StopRequest:
         self.signal: int | None = None
         self.enabled = enabled
         self.phase = "starting"
+        self._noted = set()  # the phases whose later signals have been noted (once each)
         self._previous = {}
 
     def __enter__(self):
@@ -45,10 +46,10 @@ class StopRequest:
             raise SignalInterrupt(signum)
         if self.phase == "training" and self.signal is None:
             self.signal = signum
-        elif self.phase == "training":
-            say(f"rank4jax: {name} again: still saving the checkpoint")
-        else:
-            say(f"rank4jax: {name}: training has ended; writing its summary first")
+        elif self.phase not in self._noted:  # said once: ten signals in a second are one line
+            self._noted.add(self.phase)
+            say(f"rank4jax: {name} again: still saving the checkpoint" if self.phase == "training"
+                else f"rank4jax: {name}: training has ended; writing its summary first")  # fmt: skip
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
