@@ -104,6 +104,11 @@ class Proc:
                 raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
+    def stderr_so_far(self) -> str:
+        """What the command has written to stderr until now (a file: read again on every call)."""
+        with open(self._stderr or self._stdout, encoding="utf-8", errors="backslashreplace") as f:
+            return f.read()
+
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
             os.kill(self.pid, sig)

@@ -469,45 +469,19 @@ def test_a_message_line_is_one_write(monkeypatch):
 
 
 def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
-    """SIGINT at three moments of ``eval.py``: while it starts (1 s: the interpreter or the imports),
-    just after it has read the data (its warning about cut sentences is the sign: the evaluation's
-    compiles and passes are still ahead), and at 7 s (anywhere, finished included). Status 130 and one
-    line whenever it is stopped, its normal output if it finished first; never a traceback."""
-
-    def stop(proc, moment) -> bool:
-        seen = b""  # stderr read before the signal (from the descriptor: communicate() reads it raw too)
-        if moment == "after reading the data":
-            while b"warning:" not in seen:  # the tiny run's data always warns that sentences are cut
-                chunk = os.read(proc.stderr.fileno(), 4096)
-                assert chunk, "eval.py ended before reading its data"
-                seen += chunk
-        else:
-            time.sleep(moment)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-        err = seen.decode() + err  # every line it wrote, before the signal and after
-        assert "Traceback" not in err, err[-3000:]
-        if proc.returncode == 130:
-            lines = [line for line in err.strip().splitlines() if "warning:" not in line]  # the data's own
-            assert len(lines) == 1 and lines[0].startswith("stopped: SIGINT "), err
-            return True
-        if proc.returncode == -signal.SIGINT and not out:  # on a loaded machine the signal can land while
-            # the interpreter is still starting, before eval.py's first line: Python stops as SIGINT's
-            # default does (nothing of ours had run, nothing was written)
-            assert moment == 1.0, err
-            return True
-        if proc.returncode == -signal.SIGINT:  # the evaluation finished and printed its report; the signal
-            # landed while the interpreter was shutting down, after CPython's finalisation had restored
-            # SIGINT's default action (seen in CI at 7 s): no traceback, nothing of ours left to stop
-            assert moment == 7.0 and "stopped" not in err and "wrote " in out, (out, err)
-            return False
-        assert proc.returncode == 0 and "wrote " in out, (proc.returncode, out, err)
-        return False
-
-    moments = (1.0, "after reading the data", 7.0)
-    stopped = [stop(_start(["eval.py", f"--workdir={tiny_run_copy}", "--split=validation"]), m) for m in moments]
-    assert stopped[1], "a Ctrl-C while evaluating must stop the evaluation"
-    assert sum(stopped) >= 2
+    """SIGINT to ``eval.py`` just after it has read the data (its warning about cut sentences is the
+    sign: the evaluation's compiles and passes are still ahead): status 130 and one line, no
+    traceback, no report. (SIGINT while it imports: the experiment commands' test below.)"""
+    proc = launcher.start("eval.py", f"--workdir={tiny_run_copy}", "--split=validation")
+    deadline = time.monotonic() + 120
+    while "warning:" not in proc.stderr_so_far():  # the tiny run's data always warns that sentences are cut
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    lines = [line for line in err.strip().splitlines() if "warning:" not in line]  # the data's own
+    assert (proc.returncode, lines) == (130, ["stopped: SIGINT during evaluation; no report was written after it"])
+    assert "wrote" not in out, out
 
 
 def test_ctrl_c_while_train_py_starts_is_one_line_and_status_130(tmp_path, monkeypatch):
@@ -731,9 +705,9 @@ def test_a_signal_outside_an_experiments_training_stages_is_one_line_with_the_re
     )
 
 
-@pytest.mark.parametrize("script", ["compare.py", "ladder.py", "cloze_contexts.py"])
-def test_ctrl_c_while_an_experiment_command_imports_is_one_line_and_130(script, tmp_path):
-    proc = _start([script, f"--workdir={tmp_path}", "--cloze_data=x.csv"])
+@pytest.mark.parametrize("script", ["eval.py", "compare.py", "ladder.py", "cloze_contexts.py"])
+def test_ctrl_c_while_a_command_imports_is_one_line_and_130(script, tmp_path):
+    proc = _start([script, f"--workdir={tmp_path}"])
     while not _jaxlib_loaded(proc.pid):  # its first statement has run: the libraries are importing
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
@@ -802,7 +776,7 @@ def test_a_signal_while_a_run_starts_unwinds_it_and_one_after_it_is_only_noted(t
     assert "rank4jax: SIGTERM: training has ended; writing its summary first\n" in capsys.readouterr().err
 
 
-def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(tiny_run, tmp_path, capsys):
+def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(tiny_run_copy, tmp_path, capsys):
     """'best' where no checkpoint carries a validation loss (a run stopped at step 1) is the latest, with
     a warning; K beyond the stories of a Story Cloze file is capped at their number, with a warning."""
 
@@ -810,7 +784,7 @@ def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(t
         if step == 1:
             signal.raise_signal(signal.SIGINT)
 
-    workdir = str(tmp_path / "run")
+    workdir = str(tmp_path / "stopped")
     train(tiny_config(), workdir, hooks=[interrupt_at_1])
     capsys.readouterr()
     with storage.RunCheckpoints(workdir, read_only=True) as ckpt:
@@ -826,7 +800,7 @@ def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(t
             f"Anna went out {i}.,She saw a dog.,It ran.,She ran.,She was happy.,She was sad.,1\n" for i in range(3)
         )
     )
-    report = evaluate_run(str(tiny_run), "all", data_path=str(cloze), num_examples=0, rollout_steps=0)
+    report = evaluate_run(str(tiny_run_copy), "all", data_path=str(cloze), num_examples=0, rollout_steps=0)
     assert report["cloze_stories"] == 3
     expected = "rank4jax: warning: cloze_contexts=8: each of the 3 Story Cloze stories can borrow 2 other contexts"
     assert f"{expected}; K = 2 is used\n" in capsys.readouterr().err
