@@ -21,9 +21,9 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+from rank4jax.engine.run_config import model_section
 from rank4jax.errors import ConfigError
 from rank4jax.experiments.zpx_plan import run_plan, run_seeds
-from rank4jax.training.run_config import model_section
 
 with config_flag_errors():
     _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/default.py", "Rank-4 run config.")

@@ -24,13 +24,13 @@ import numpy as np
 
 from bench.common import interleaved_medians
 from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.engine import sharding
+from rank4jax.engine.batches import batch_layout
+from rank4jax.engine.data_setup import prepare_split
+from rank4jax.engine.programs import build_programs, optim_key
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.runs import restore_run
-from rank4jax.training import sharding
-from rank4jax.training.batches import batch_layout
-from rank4jax.training.data_setup import prepare_split
-from rank4jax.training.programs import build_programs, optim_key
 
 
 def main():

@@ -19,9 +19,9 @@ import jax  # noqa: E402
 
 import rank4jax  # noqa: E402
 from bench.common import interleaved_medians, run_steps, step_timer, synthetic_windows  # noqa: E402
+from rank4jax.engine import sharding  # noqa: E402
+from rank4jax.engine.programs import build_programs  # noqa: E402
 from rank4jax.models.family import RANK4  # noqa: E402
-from rank4jax.training import sharding  # noqa: E402
-from rank4jax.training.programs import build_programs  # noqa: E402
 
 MESHES = {"1 device": (1, 1), "data=2": (2, 1), "model=2": (1, 2)}
 

@@ -25,9 +25,9 @@ from bench.common import synthetic_windows
 from configs import default
 from rank4jax.data.compact import compact_windows
 from rank4jax.data.windows import trim_padding
+from rank4jax.engine import sharding
+from rank4jax.engine.programs import build_programs, optim_key
 from rank4jax.models.family import RANK4
-from rank4jax.training import sharding
-from rank4jax.training.programs import build_programs, optim_key
 
 LAYOUTS = {
     "full": lambda w: w,

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rank4jax.engine import sharding
+from rank4jax.engine.programs import StepPolicy, build_programs, optim_key
 from rank4jax.models.family import RANK4
-from rank4jax.training import sharding
-from rank4jax.training.programs import StepPolicy, build_programs, optim_key
 
 
 def synthetic_windows(batch: int, n_slices: int, n_tokens: int, vocab: int, pad_tail: int = 3, seed: int = 0):
@@ -29,8 +29,8 @@ def real_windows(batch: int, n_tokens: int, n_slices: int, vocab: int, seed: int
     """``batch`` training windows of real sentences at N, T: Story Cloze (``configs/storycloze.py``'s
     data) when ``../shared/data`` is present, else the built-in corpus. Ids ≥ ``vocab`` become UNK."""
     from configs import default, storycloze
+    from rank4jax.engine.data_setup import prepare_data
     from rank4jax.tokens import UNK_ID
-    from rank4jax.training.data_setup import prepare_data
 
     config = storycloze.get_config()
     if not os.path.isfile(config.data.path):

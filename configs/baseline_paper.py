@@ -8,7 +8,7 @@ Expected runtime: the paper reports 45.2 h on two RTX 3080s; impractical on a 2-
 """
 
 from configs import rocstories_paper
-from rank4jax.training.run_config import model_section
+from rank4jax.engine.run_config import model_section
 
 
 def get_config():

@@ -17,7 +17,7 @@ free-running S(T)+EOS selection loss; "last_slice_ce" is LS(T) over the content 
 """
 
 from configs import rocstories
-from rank4jax.training.run_config import model_section
+from rank4jax.engine.run_config import model_section
 
 
 def get_config():

@@ -11,7 +11,7 @@ vocabulary). The logged "window_ce" of this family is its free-running S(T)+EOS 
 """
 
 from configs import storycloze
-from rank4jax.training.run_config import model_section
+from rank4jax.engine.run_config import model_section
 
 
 def get_config():

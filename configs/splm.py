@@ -19,7 +19,7 @@ Expected runtime: about 17 minutes on 2 CPU cores (1,500 steps of 32 windows, d 
 import ml_collections
 
 from configs import default
-from rank4jax.training.run_config import model_section
+from rank4jax.engine.run_config import model_section
 
 
 def get_config():

@@ -18,10 +18,10 @@ import numpy as np
 
 from rank4jax.checkpoint.damage import first_readable, quiet_library_noise
 from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.engine.run_config import from_json_dict
+from rank4jax.engine.sharding import with_shardings
+from rank4jax.engine.state import TrainState, abstract_train_state
 from rank4jax.models.family import ModelFamily, get_family
-from rank4jax.training.run_config import from_json_dict
-from rank4jax.training.sharding import with_shardings
-from rank4jax.training.state import TrainState, abstract_train_state
 
 
 @dataclasses.dataclass

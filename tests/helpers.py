@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import default, splm
-from rank4jax.training.run_config import model_section
+from rank4jax.engine.run_config import model_section
 
 
 def tiny_config(**overrides):

@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import rank4jax
+from rank4jax.engine.data_setup import prepare_data
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.runs import load_run
-from rank4jax.training.data_setup import prepare_data
 from tests.helpers import numpy_params, tiny_config
 
 

@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from rank4jax.engine import sharding
+from rank4jax.engine.programs import build_programs, optim_key
+from rank4jax.engine.run_config import validate
 from rank4jax.models.family import get_family
-from rank4jax.training import sharding
-from rank4jax.training.programs import build_programs, optim_key
-from rank4jax.training.run_config import validate
 from tests.conftest import REPO
 from tests.launcher import run
 

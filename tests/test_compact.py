@@ -15,11 +15,11 @@ from helpers import numpy_params, tiny_config
 
 import rank4jax
 from rank4jax.data.compact import compact_size, compact_windows
+from rank4jax.engine import batches
 from rank4jax.models.family import RANK4
 from rank4jax.models.rank4.layout import move_rows
 from rank4jax.models.scores import STANDARD
 from rank4jax.models.zpx import ZPXConfig
-from rank4jax.training import batches
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
 

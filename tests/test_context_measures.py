@@ -7,11 +7,11 @@ import jax
 import numpy as np
 import pytest
 
+from rank4jax.engine.data_setup import prepare_split
 from rank4jax.evaluation.evaluators import cloze_accuracy, context_donors, ending_priors
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.runs import load_run
-from rank4jax.training.data_setup import prepare_split
 
 
 def test_context_donors_are_a_derangement_across_stories():

@@ -244,14 +244,14 @@ def test_eval_batches_pad_last_batch():
 
 
 def test_a_data_path_with_the_builtin_source_is_one_error_saying_what_to_set():
-    from rank4jax.training.run_config import validate
+    from rank4jax.engine.run_config import validate
 
     with pytest.raises(ConfigError, match=r"data.path='my.txt' is set but data.source='builtin'.*data.source=file"):
         validate(tiny_config(**{"data.path": "my.txt"}))
 
 
 def test_evaluated_stories_the_run_trained_on_are_counted_with_a_warning(capsys):
-    from rank4jax.training.data_setup import check_held_out, load_stories
+    from rank4jax.engine.data_setup import check_held_out, load_stories
 
     config = tiny_config()
     split = windows.split_stories(load_stories(config)[0], tuple(config.data.split))

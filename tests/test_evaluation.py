@@ -195,9 +195,9 @@ def test_rocstories_configs_share_windows_and_match_parameters():
         pytest.skip(f"shared ROCStories data not found at {SHARED_ROC} (present in CI, absent on a fresh clone)")
     from configs import baseline_rocstories, rocstories
     from rank4jax.data import tokenizers, windows
+    from rank4jax.engine.data_setup import load_stories
+    from rank4jax.engine.run_config import tokenizer_options
     from rank4jax.experiments.compare import _check_same_windows
-    from rank4jax.training.data_setup import load_stories
-    from rank4jax.training.run_config import tokenizer_options
 
     r4, base = rocstories.get_config(), baseline_rocstories.get_config()
     _check_same_windows(r4, base)

@@ -291,7 +291,7 @@ def test_optimiser_settings_may_change_on_resume(tiny_run_copy, capsys):
 
 
 def test_carry_optimizer_state_by_hand():
-    from rank4jax.training.state import carry_optimizer_state, make_optimizer
+    from rank4jax.engine.state import carry_optimizer_state, make_optimizer
 
     params = {"w": jnp.ones(3)}
     base = tiny_config().optim
@@ -366,8 +366,8 @@ def test_files_that_are_not_stories_are_one_short_line(name, tmp_path):
 def test_degenerate_data_is_counted_warned_about_or_refused(tmp_path, capsys):
     """A vocabulary of only the special tokens is an error; cut sentences, unknown tokens and
     duplicate story ids are counted in the data summary and warned about when large."""
+    from rank4jax.engine.data_setup import prepare_data, prepare_split
     from rank4jax.errors import DataError
-    from rank4jax.training.data_setup import prepare_data, prepare_split
 
     with pytest.raises(DataError, match=r"has 0 token\(s\) besides PAD/UNK/BOS/EOS .*lower tokenizer.min_count"):
         prepare_data(tiny_config(**{"tokenizer.min_count": 10**6}))
@@ -444,7 +444,7 @@ def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
 def test_a_message_line_is_one_write(monkeypatch):
     """Warnings and errors reach stderr text and newline together: ``print`` writes them separately,
     and a Ctrl-C handled between the two glued the stop line onto a cut-sentences warning (CI, once)."""
-    from rank4jax.training.data_setup import data_warnings
+    from rank4jax.engine.data_setup import data_warnings
 
     class Split:  # what data_warnings reads of a split's windows
         n_sentences, n_truncated, unk_rate = 10, 5, 0.5

@@ -7,10 +7,10 @@ import os
 import pytest
 from helpers import tiny_config
 
+from rank4jax.engine.data_setup import prepare_data
 from rank4jax.errors import ConfigError
 from rank4jax.experiments import ladder as lad
 from rank4jax.models.family import run_param_count
-from rank4jax.training.data_setup import prepare_data
 from rank4jax.training.metrics import read_metrics
 
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from rank4jax.checkpoint.storage import RunCheckpoints
+from rank4jax.engine.batches import batch_layout, candidate_layouts
+from rank4jax.engine.run_config import validate
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.report import restore_for_evaluation
 from rank4jax.models.family import RANK4
 from rank4jax.training import layout_choice
-from rank4jax.training.batches import batch_layout, candidate_layouts
 from rank4jax.training.loop import train
-from rank4jax.training.run_config import validate
 from rank4jax.training.setup import prepare_run
 from tests.helpers import tiny_config
 

@@ -18,11 +18,11 @@ from helpers import numpy_params, tiny_config
 import rank4jax
 from rank4jax.checkpoint.storage import SELECTION_METRIC, RunCheckpoints
 from rank4jax.data.compact import compact_windows
+from rank4jax.engine.run_config import identity_differences, to_json_dict, validate
 from rank4jax.errors import CheckpointError, ConfigError
 from rank4jax.models.family import RANK4
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
-from rank4jax.training.run_config import identity_differences, to_json_dict, validate
 
 
 def _cfg(**kw):

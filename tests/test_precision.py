@@ -16,18 +16,18 @@ from bench import accelerator_check
 from bench.common import synthetic_windows
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.compact import compact_windows
+from rank4jax.engine import sharding
+from rank4jax.engine.batches import n_windows
+from rank4jax.engine.programs import StepPolicy, gradients
+from rank4jax.engine.run_config import validate
 from rank4jax.errors import ConfigError
 from rank4jax.models import flops
 from rank4jax.models.common import window_keys
 from rank4jax.models.family import get_family
 from rank4jax.models.precision import cast_to_compute
 from rank4jax.runs import load_run
-from rank4jax.training import sharding
-from rank4jax.training.batches import n_windows
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
-from rank4jax.training.programs import StepPolicy, gradients
-from rank4jax.training.run_config import validate
 from tests.helpers import tiny_config
 
 FAMILIES = {  # name → (family, config overrides)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
+from rank4jax.engine import sharding
+from rank4jax.engine.programs import build_programs, optim_key
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import RANK4
 from rank4jax.runs import load_run
-from rank4jax.training import sharding
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics
-from rank4jax.training.programs import build_programs, optim_key
 from tests.helpers import compile_log, tiny_config
 
 MESHES = {"single": (1, 1), "data2": (2, 1), "model2": (1, 2)}

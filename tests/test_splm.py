@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rank4jax.engine.state import make_optimizer
 from rank4jax.errors import ConfigError
 from rank4jax.experiments import splm_probe
 from rank4jax.experiments.splm_report import matched_configs
@@ -18,7 +19,6 @@ from rank4jax.models import splm, stream
 from rank4jax.models.family import BASELINE_LM, SPLM
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from rank4jax.training.state import make_optimizer
 from tests.helpers import numpy_params, tiny_config
 
 SIZES = dict(vocab_size=40, n_tokens=4, n_slices=2, dx=4, dt=4, n_layers=3)

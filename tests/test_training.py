@@ -10,10 +10,10 @@ import pytest
 
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import cloze_windows
+from rank4jax.engine.data_setup import prepare_split
 from rank4jax.errors import CheckpointError, ConfigError, DataError, TrainingDivergedError
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.runs import load_run
-from rank4jax.training.data_setup import prepare_split
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics, training_seconds
 from tests.helpers import compile_log, tiny_config
@@ -95,7 +95,7 @@ def test_checkpoint_round_trip_with_iterator_state(tiny_run):
     assert tokenizer.vocab_size == params["embed"]["sem"].shape[0]
     # the saved iterator state continues exactly where an uninterrupted iterator would
     from rank4jax.data.pipeline import train_dataset
-    from rank4jax.training.data_setup import prepare_data
+    from rank4jax.engine.data_setup import prepare_data
 
     windows = prepare_data(config, tokenizer).windows["train"].windows
     reference = iter(train_dataset(windows, config.batch_size, seed=config.seed))
@@ -113,8 +113,8 @@ def test_checkpoint_round_trip_with_iterator_state(tiny_run):
 def test_params_restore_alone_equals_the_full_state_restore(tiny_run):
     """load_run reads the parameters only (a partial restore): the same values as the
     whole train state's restore."""
+    from rank4jax.engine.sharding import with_shardings
     from rank4jax.runs import describe_run
-    from rank4jax.training.sharding import with_shardings
 
     alone = load_run(str(tiny_run), "latest").params
     with RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
@@ -160,8 +160,8 @@ def test_run_logs_norms_tensorboard_and_compiled_memory(tiny_run):
 def test_compiled_step_refuses_shapes_beyond_the_layout():
     import jax.numpy as jnp
 
+    from rank4jax.engine.programs import CompiledStep
     from rank4jax.errors import RecompilationError
-    from rank4jax.training.programs import CompiledStep
 
     def step(state, batch):
         return state + batch.sum()
@@ -179,7 +179,7 @@ def test_a_later_run_in_the_process_reuses_the_compiled_programs(tmp_path):
     """A second run with the same model, optimiser and mesh (another seed, another workdir) calls the
     programs built for the first (``training.programs``): JAX's own compile log records no compilation,
     not even from its persistent cache, and its step is still compiled ahead of time and measured."""
-    from rank4jax.training.programs import build_programs
+    from rank4jax.engine.programs import build_programs
 
     train(tiny_config(seed=7), str(tmp_path / "first"))
     hits = build_programs.cache_info().hits
@@ -417,7 +417,7 @@ def test_event_files_are_written_without_importing_torch(tmp_path):
 def test_the_schedules_rates_equal_optaxs(schedule):
     import optax
 
-    from rank4jax.training.state import learning_rate_schedule
+    from rank4jax.engine.state import learning_rate_schedule
 
     config = tiny_config(**{"optim.schedule": schedule, "optim.warmup_steps": 10, "optim.end_lr_factor": 0.1})
     lr = config.optim.learning_rate
@@ -433,7 +433,7 @@ def test_the_schedules_rates_equal_optaxs(schedule):
 
 
 def test_the_logged_learning_rate_is_the_schedules_at_each_logged_step(tmp_path):
-    from rank4jax.training.state import learning_rate_schedule
+    from rank4jax.engine.state import learning_rate_schedule
 
     config = tiny_config(**{"optim.schedule": "cosine", "optim.warmup_steps": 2})
     train(config, str(tmp_path))

@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rank4jax.engine.run_config import validate
 from rank4jax.errors import ConfigError
 from rank4jax.experiments import zpx_verify
 from rank4jax.models import baseline, rank4, zpx
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.models.scores import STANDARD
-from rank4jax.training.run_config import validate
 from tests.helpers import numpy_params, tiny_config
 
 SIZES = dict(vocab_size=30, n_tokens=5, n_slices=3, dx=3, dt=2, n_heads=2, n_layers=2, dropout=0.0)

@@ -1,7 +1,7 @@
 """Evaluators: window metrics over a split, Story Cloze accuracy, decoded predictions and
 multi-step rollout (SPEC §4, §8). Everything runs batched: many windows or stories per jitted call.
 
-:class:`Evaluators` is built once from a run's programs (``rank4jax.training.programs``: its mesh,
+:class:`Evaluators` is built once from a run's programs (``rank4jax.engine.programs``: its mesh,
 shardings and jitted steps) and its batch layout; training's validation, ``eval.py``, the experiment
 reports and the benches all evaluate through it.
 
@@ -35,9 +35,9 @@ import jax
 import numpy as np
 
 from rank4jax.data.pipeline import eval_batches
+from rank4jax.engine.sharding import put_batch
 from rank4jax.models.losses import means_from_sums
 from rank4jax.tokens import PAD_ID
-from rank4jax.training.sharding import put_batch
 
 
 def _global_batch(rows: np.ndarray, sharding) -> jax.Array:
@@ -49,7 +49,7 @@ def _global_batch(rows: np.ndarray, sharding) -> jax.Array:
 
 def evaluate_windows(eval_step, params, windows: np.ndarray, batch_size: int, batch_sharding, layout=None) -> dict:
     """Exact means over every window (padding rows are all PAD and carry no tokens). ``layout``
-    (``rank4jax.training.batches.batch_layout``, single process) turns each batch into what the
+    (``rank4jax.engine.batches.batch_layout``, single process) turns each batch into what the
     step consumes; the sums stay on the device until the pass ends (one transfer)."""
     pending = []
     for batch in eval_batches({"windows": windows}, batch_size):
@@ -226,9 +226,9 @@ def rollout(
 @dataclasses.dataclass(frozen=True)
 class Evaluators:
     """The evaluations of one model on one mesh, from its programs; ``layout`` (single process) turns
-    each window batch into what the eval step consumes (``rank4jax.training.batches``)."""
+    each window batch into what the eval step consumes (``rank4jax.engine.batches``)."""
 
-    programs: object  # rank4jax.training.programs.Programs
+    programs: object  # rank4jax.engine.programs.Programs
     batch_size: int
     layout: object = None
 

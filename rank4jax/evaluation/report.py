@@ -24,16 +24,16 @@ import numpy as np
 
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
+from rank4jax.engine import sharding
+from rank4jax.engine.batches import batch_layout
+from rank4jax.engine.data_setup import check_held_out, prepare_split
+from rank4jax.engine.programs import StepPolicy, build_programs, optim_key
 from rank4jax.errors import ConfigError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
-from rank4jax.training import sharding
-from rank4jax.training.batches import batch_layout
-from rank4jax.training.data_setup import check_held_out, prepare_split
-from rank4jax.training.programs import StepPolicy, build_programs, optim_key
 
 EVAL_SPLITS = SPLITS + ("all",)
 _SENTENCE_FINAL = re.compile(r"[.!?]")

@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from rank4jax.data.windows import cloze_windows
+from rank4jax.engine.data_setup import check_held_out, prepare_split
 from rank4jax.errors import ConfigError, DataError
 from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
 from rank4jax.evaluation.report import restore_for_evaluation
-from rank4jax.training.data_setup import check_held_out, prepare_split
 
 
 def context_spread(

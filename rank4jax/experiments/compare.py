@@ -12,12 +12,12 @@ import os
 
 import ml_collections
 
+from rank4jax.engine.run_config import to_json_dict
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models.family import FAMILIES
-from rank4jax.training.run_config import to_json_dict
 
 SAME_SECTIONS = ("data", "tokenizer", "seed")
 SAME_MODEL_FIELDS = ("n_tokens", "n_slices")

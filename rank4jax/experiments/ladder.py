@@ -32,6 +32,8 @@ import os
 
 import ml_collections
 
+from rank4jax.engine.data_setup import prepare_data
+from rank4jax.engine.run_config import model_section
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
@@ -39,9 +41,7 @@ from rank4jax.experiments.compare import CLOZE_RULES
 from rank4jax.experiments.runner import run_all, train_stage, write_outputs
 from rank4jax.models.family import SELECTIONS, run_param_count
 from rank4jax.models.sizes import closest
-from rank4jax.training.data_setup import prepare_data
 from rank4jax.training.metrics import SUMMARY_FILE, read_metrics
-from rank4jax.training.run_config import model_section
 
 FAMILIES = {  # name → (model family, what it is)
     "rank4": ("rank4", "rank-4, the paper's objective and selection"),

@@ -17,13 +17,13 @@ import ml_collections
 import numpy as np
 
 from rank4jax.data.pipeline import eval_batches
+from rank4jax.engine.data_setup import prepare_data
+from rank4jax.engine.run_config import model_section
 from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models import splm, stream
 from rank4jax.models.family import run_param_count
 from rank4jax.models.sizes import closest
 from rank4jax.runs import load_run
-from rank4jax.training.data_setup import prepare_data
-from rank4jax.training.run_config import model_section
 
 ATTENTION_HEADS = 2  # the matched attention LM's heads (the SPLM has none); its depth is matched
 CARD = {"attention": 7.81, "splm_mlp": 9.70, "splm_gaussian": 16.33}  # TinyStories validation PPL

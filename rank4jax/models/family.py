@@ -66,7 +66,7 @@ class ModelFamily:
     count_params: Callable[[Any], int]
     # what the "window_*" sums of this family measure (its selection loss), for logs, plots and tables
     selection_loss: str = "window CE"
-    # the keys of its model section (``rank4jax.training.run_config.model_section`` converts one)
+    # the keys of its model section (``rank4jax.engine.run_config.model_section`` converts one)
     fields: tuple[str, ...] = ()
     # cfg → the batch layouts loss_sums accepts besides full windows, each giving exactly the
     # full-width sums: "trimmed" (the token axis cut to N' < N by ``rank4jax.data.windows.trim_padding``)

@@ -14,8 +14,8 @@ import time
 import jax
 import numpy as np
 
-from rank4jax.training import sharding
-from rank4jax.training.batches import batch_layout, candidate_layouts
+from rank4jax.engine import sharding
+from rank4jax.engine.batches import batch_layout, candidate_layouts
 
 BATCHES = 4  # distinct batches per candidate (compact and trimmed shapes vary with the batch)
 ROUNDS = 3  # timed passes over them, candidates interleaved; the median pass counts

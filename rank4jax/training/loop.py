@@ -20,13 +20,13 @@ import time
 import jax
 
 from rank4jax.data.pipeline import train_dataset
-from rank4jax.training import sharding
+from rank4jax.engine import sharding
+from rank4jax.engine.programs import CompiledStep, describe_memory
+from rank4jax.engine.run_config import validate
 from rank4jax.training.actions import PeriodicActions
 from rank4jax.training.early_stopping import EarlyStopping
 from rank4jax.training.output import Output, write_summary
 from rank4jax.training.profiling import Profiler
-from rank4jax.training.programs import CompiledStep, describe_memory
-from rank4jax.training.run_config import validate
 from rank4jax.training.setup import Run, prepare_run, restore_or_init
 from rank4jax.training.signals import StopRequest
 

@@ -13,8 +13,8 @@ import os
 
 import jax
 
+from rank4jax.engine.run_config import profile_range
 from rank4jax.errors import say as warn
-from rank4jax.training.run_config import profile_range
 
 PROFILE_DIR = "profile"
 

@@ -18,15 +18,11 @@ import ml_collections
 
 from rank4jax.checkpoint.damage import first_readable
 from rank4jax.checkpoint.storage import CHECKPOINT_DIR, RunCheckpoints
-from rank4jax.errors import CheckpointError, say
-from rank4jax.evaluation.evaluators import Evaluators
-from rank4jax.models.family import ModelFamily, get_family
-from rank4jax.training import sharding
-from rank4jax.training.batches import batch_layout
-from rank4jax.training.data_setup import RunData, prepare_data, validation_windows
-from rank4jax.training.layout_choice import choose_layout
-from rank4jax.training.programs import Programs, StepPolicy, build_programs, optim_key
-from rank4jax.training.run_config import (
+from rank4jax.engine import sharding
+from rank4jax.engine.batches import batch_layout
+from rank4jax.engine.data_setup import RunData, prepare_data, validation_windows
+from rank4jax.engine.programs import Programs, StepPolicy, build_programs, optim_key
+from rank4jax.engine.run_config import (
     FINGERPRINT_KEY,
     IDENTITY_SECTIONS,
     data_fingerprint,
@@ -34,7 +30,11 @@ from rank4jax.training.run_config import (
     to_json_dict,
     with_added_defaults,
 )
-from rank4jax.training.state import TrainState, abstract_train_state, carry_optimizer_state
+from rank4jax.engine.state import TrainState, abstract_train_state, carry_optimizer_state
+from rank4jax.errors import CheckpointError, say
+from rank4jax.evaluation.evaluators import Evaluators
+from rank4jax.models.family import ModelFamily, get_family
+from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
 
 
@@ -47,7 +47,7 @@ class Run:
     family: ModelFamily
     model_cfg: object
     data: RunData
-    layout: object  # the step's batch layout (rank4jax.training.batches)
+    layout: object  # the step's batch layout (rank4jax.engine.batches)
     programs: Programs
     evaluators: Evaluators
     ckpt: RunCheckpoints

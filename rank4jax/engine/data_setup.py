@@ -9,8 +9,8 @@ import ml_collections
 import numpy as np
 
 from rank4jax.data import corpus, readers, tokenizers, windows
+from rank4jax.engine.run_config import tokenizer_options
 from rank4jax.errors import ConfigError, DataError, say
-from rank4jax.training.run_config import tokenizer_options
 
 
 @dataclasses.dataclass

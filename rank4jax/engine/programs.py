@@ -29,13 +29,13 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from rank4jax.engine import sharding
+from rank4jax.engine.batches import microbatches, n_windows
+from rank4jax.engine.state import TrainState, create_train_state, learning_rate_schedule, make_optimizer
 from rank4jax.errors import RecompilationError
 from rank4jax.models.common import window_keys
 from rank4jax.models.family import ModelFamily
 from rank4jax.models.precision import cast_to_compute
-from rank4jax.training import sharding
-from rank4jax.training.batches import microbatches, n_windows
-from rank4jax.training.state import TrainState, create_train_state, learning_rate_schedule, make_optimizer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,13 +11,13 @@ import numbers
 
 import ml_collections
 
+from rank4jax.engine.batches import SETTINGS
+from rank4jax.engine.sharding import mesh_shape
+from rank4jax.engine.state import SCHEDULES
 from rank4jax.errors import ConfigError
 from rank4jax.models.family import SELECTIONS, get_family
 from rank4jax.models.precision import check_compute_dtype
 from rank4jax.models.sizes import check_dropout, check_positive_int
-from rank4jax.training.batches import SETTINGS
-from rank4jax.training.sharding import mesh_shape
-from rank4jax.training.state import SCHEDULES
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
 IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data", "selection")
