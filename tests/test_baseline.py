@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rank4jax
 from rank4jax.engine.data_setup import prepare_data
@@ -120,7 +121,13 @@ def test_compare_writes_a_table_over_the_same_tokens_and_the_baseline_runs_throu
     summary = json.loads((tmp_path / "baseline" / "train_summary.json").read_text())
     assert summary["model_family"] == "baseline" and summary["step"] == 2
     report = evaluate_run(str(tmp_path / "baseline"), split="validation", num_examples=2, rollout_steps=1)
-    assert np.isfinite(report["last_slice_ce"]) and len(report["examples"]) == 2
+    run = load_run(str(tmp_path / "baseline"), report["step"])  # LS(T) by hand, window by window
+    windows = prepare_data(base, tokenizer).windows["validation"].windows
+    ls = jax.jit(BASELINE.last_slice_ce, static_argnums=2)
+    per_window = np.asarray(ls(run.params, windows, run.model_cfg), dtype=np.float64)
+    tokens = np.sum(windows[:, -1] != 0, axis=-1)
+    assert report["last_slice_ce"] == pytest.approx(np.sum(per_window * tokens) / np.sum(tokens), rel=1e-5)
+    assert len(report["examples"]) == 2
 
 
 def test_compare_refuses_configs_with_different_windows(tmp_path):

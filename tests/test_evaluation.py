@@ -166,7 +166,24 @@ def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path
     score = jax.jit(functools.partial(RANK4.last_slice_ce, cfg=cfg))
     ce = np.array([[float(score(params, pairs[w, c][None])[0]) for c in range(2)] for w in range(5)])
     assert report["cloze_accuracy"] == np.mean(np.argmin(ce, axis=1) == labels)
-    assert 0 <= report["cloze_accuracy_normalised"] <= 1 and report["cloze_contexts"] == 4
+    # PMI and ending only by hand: with 5 stories and K = 4, every other story lends its context
+    n_tok = np.sum(pairs[:, :, -1] != 0, axis=-1)
+    prior = np.zeros((5, 2))
+    for w in range(5):
+        for c in range(2):
+            lent = [np.concatenate([pairs[j, 0, :-1], pairs[w, c, -1:]])[None] for j in range(5) if j != w]
+            log_p = np.array([-float(score(params, x)[0]) * n_tok[w, c] for x in lent])
+            prior[w, c] = np.log(np.mean(np.exp(log_p.astype(np.float64))))
+    pmi = -ce * n_tok - prior
+    assert report["cloze_contexts"] == 4
+    scores = cloze_scores(score, params, pairs, 4, n_contexts=4)  # what evaluate_run's evaluator computes
+    np.testing.assert_allclose(scores["pmi"], pmi, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(scores["prior"], prior, rtol=1e-5, atol=1e-4)
+    by_hand = {"mean_ce": np.argmin(ce, 1) == labels, "pmi": np.argmax(pmi, 1) == labels}
+    by_hand["ending_only"] = np.argmax(prior, axis=1) == labels
+    assert report["cloze_correct"] == {rule: v.astype(int).tolist() for rule, v in by_hand.items()}  # story by story
+    assert report["cloze_accuracy_normalised"] == np.mean(by_hand["pmi"])
+    assert report["cloze_accuracy_ending_only"] == np.mean(by_hand["ending_only"])
     # its own file name: the run's test report is not overwritten
     assert os.path.basename(report["path"]) == f"{report_stem(str(path))}.all_step{report['step']}.json"
     assert report_stem(str(path)).startswith("cloze-") and len(report_stem(str(path))) == len("cloze-") + 8

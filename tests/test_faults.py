@@ -436,7 +436,9 @@ def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
     (tiny_run_copy / "eval").write_text("a file where the reports directory would go")
     out = launcher.run("eval.py", f"--workdir={tiny_run_copy}", "--split=validation", "--rollout_steps=0", timeout=300)
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert json.loads(out.stdout[: out.stdout.index("}") + 1])["window_ce"] > 0  # the figures are printed
+    printed = json.loads(out.stdout[: out.stdout.index("}") + 1])  # the figures are printed: the evaluation's
+    again = evaluate_run(str(tiny_run_copy), "validation", num_examples=0, rollout_steps=0)
+    assert again["write_error"] and printed["window_ce"] == pytest.approx(again["window_ce"], rel=1e-6)
     assert out.stderr.strip().splitlines()[-1].startswith(f"error: cannot write the report {tiny_run_copy}/eval/")
     assert out.stderr.strip().endswith("the figures above were not saved")
 

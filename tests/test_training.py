@@ -44,13 +44,17 @@ def test_storycloze_train_and_eval_loss_falls(tmp_path, cloze_path):
     assert report["windows"] == report["stories"] == report["cloze_stories"] == 156
     # the mean-CE rule by hand: each ending scored alone as S(T), the lower mean CE picked
     run = load_run(str(tmp_path), report["step"])
-    stories = prepare_split(run.config, run.tokenizer, "test")[0]
+    stories, test_windows, _ = prepare_split(run.config, run.tokenizer, "test")
     pairs, labels = cloze_windows(stories, run.tokenizer, run.model_cfg.n_tokens, run.model_cfg.n_slices)
     score = jax.jit(lambda p, w: run.family.last_slice_ce(p, w, run.model_cfg))
     ce = np.asarray(score(run.params, pairs.reshape((-1,) + pairs.shape[2:]))).reshape(-1, 2)
     ties = int(np.sum(np.abs(ce[:, 0] - ce[:, 1]) < 1e-5))  # another program may order these either way
     assert abs(report["cloze_accuracy"] - np.mean(np.argmin(ce, axis=1) == labels)) <= ties / len(labels)
-    assert np.isfinite(report["last_slice_ce"]) and len(report["examples"]) == 2
+    # LS(T) by hand: each test window's mean CE over S(T), weighted by its tokens
+    per_window = np.asarray(score(run.params, test_windows.windows), dtype=np.float64)
+    tokens = np.sum(test_windows.windows[:, -1] != 0, axis=-1)
+    assert report["last_slice_ce"] == pytest.approx(np.sum(per_window * tokens) / np.sum(tokens), rel=1e-5)
+    assert len(report["examples"]) == 2
     assert report["rollout_stories"] == [156, 0] and report["rollout_mean_ce"][1] is None  # one more sentence each
     assert json.load(open(report["path"]))["step"] == report["step"]
 
@@ -135,6 +139,10 @@ def test_run_logs_norms_tensorboard_and_compiled_memory(tiny_run):
     for r in train_records:  # L2 norms of parameters, gradients and updates with the loss
         assert all(np.isfinite(r[k]) and r[k] > 0 for k in ("grad_norm", "update_norm", "param_norm"))
     assert train_records[0]["update_norm"] < train_records[0]["param_norm"]
+    for step in (4, 6):  # the logged parameter norm is the saved parameters' (the step's own, not a mean)
+        leaves = jax.tree.leaves(load_run(str(tiny_run), step).params)
+        norm = np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in leaves))
+        assert next(r["param_norm"] for r in train_records if r["step"] == step) == pytest.approx(norm, rel=1e-6)
     summary = json.load(open(tiny_run / "train_summary.json"))
     memory = summary["compiled_train_step"]  # the AOT-compiled step's memory analysis
     assert memory["temp_bytes"] > 0 and memory["argument_bytes"] > 0 and memory["compiled_shapes"] >= 1
