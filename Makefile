@@ -24,7 +24,7 @@ run: $(STAMP)
 	$(VENV)/bin/python eval.py --workdir=$(WORKDIR) --split=test
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist worksteal -q tests
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal -q --durations=15 tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rank4jax tests configs bench *.py

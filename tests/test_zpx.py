@@ -186,7 +186,7 @@ def test_seed_table_combines_by_hand():
     from rank4jax.experiments.zpx_plan import combine_seeds
 
     def result(ls_std, ls_angle, ms):
-        row = {"family": "rank4", "params": 10, "ms_per_step": ms, "wall_s": 2.0 * ms, "steps": 5}
+        row = {"family": "rank4", "params": 10, "ms_per_step": ms, "training_s": 2.0 * ms, "steps": 5}
         return {
             "split": "test",
             "rows": [row | {"variant": "standard", "ls": ls_std}, row | {"variant": "angle", "ls": ls_angle}],
@@ -196,7 +196,7 @@ def test_seed_table_combines_by_hand():
     std, angle = combined["rows"]
     assert std["ls_per_seed"] == [5.0, 5.5] and std["ls_mean"] == 5.25 and std["ls_half_range"] == 0.25
     assert angle["ls_mean"] == pytest.approx(4.7) and angle["ls_half_range"] == pytest.approx(0.2)
-    assert std["ms_per_step"] == 20.0 and std["wall_s"] == 40.0
+    assert std["ms_per_step"] == 20.0 and std["training_s"] == 40.0
     lines = combined["table"].splitlines()
     assert "seed 0 / seed 1" in lines[0] and len(lines) == 4
     assert "| rank4 | angle | 4.700 ± 0.200 | -0.550 | 4.500 / 4.900 | 10 | 5 | 20 | 40 |" == lines[3]

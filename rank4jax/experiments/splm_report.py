@@ -95,7 +95,7 @@ def run_report(base: ml_collections.ConfigDict, workdir: str, label: str) -> dic
             "ls": run.report["last_slice_ce"],
             "params": run.summary["parameters"],
             "ms_per_step": run.ms_per_step,
-            "wall_s": run.summary["wall_time_total_s"],
+            "training_s": run.summary["training_time_s"],
             "card_ppl": CARD[name],
         }
         if run.config.model_family == "splm":

@@ -49,7 +49,7 @@ def run_plan(bases: dict, workdir: str, *, center_weight: float = 0.01, split: s
             "best_val_ls": runs[name].best_val_ls,
             "params": runs[name].summary["parameters"],
             "ms_per_step": runs[name].ms_per_step,
-            "wall_s": runs[name].summary["wall_time_total_s"],
+            "training_s": runs[name].summary["training_time_s"],
             "steps": runs[name].summary["step"],
         }
         for name, (label, variant, _) in configs.items()
@@ -61,7 +61,7 @@ def run_plan(bases: dict, workdir: str, *, center_weight: float = 0.01, split: s
 
 def table_markdown(rows: list, split: str) -> str:
     lines = [
-        f"| family | score | {split} LS(T) | Δ vs standard | best val LS(T) | params | ms/step | run wall s |",
+        f"| family | score | {split} LS(T) | Δ vs standard | best val LS(T) | params | ms/step | training s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     standard = {r["family"]: r["ls"] for r in rows if r["variant"] == "standard"}
@@ -69,7 +69,7 @@ def table_markdown(rows: list, split: str) -> str:
         delta = r["ls"] - standard.get(r["family"], float("nan"))
         lines.append(
             f"| {r['family']} | {r['variant']} | {r['ls']:.3f} | {delta:+.3f} | {r['best_val_ls']:.3f} | "
-            f"{r['params']:,} | {r['ms_per_step']:.1f} | {r['wall_s']:.0f} |"
+            f"{r['params']:,} | {r['ms_per_step']:.1f} | {r['training_s']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -108,7 +108,7 @@ def combine_seeds(results: list, seeds: list) -> dict:
                 "ls_half_range": float((ls.max() - ls.min()) / 2) if len(ls) > 1 else None,
                 "params": runs[0]["params"],
                 "ms_per_step": float(np.median([r["ms_per_step"] for r in runs])),
-                "wall_s": float(np.mean([r["wall_s"] for r in runs])),
+                "training_s": float(np.mean([r["training_s"] for r in runs])),
                 "steps": runs[0]["steps"],
             }
         )
@@ -120,7 +120,7 @@ def seeds_table_markdown(rows: list, split: str, seeds: list) -> str:
     per_seed = " / ".join(f"seed {s}" for s in seeds)
     lines = [
         f"| family | score | {split} LS(T) mean ± half-range | Δ mean vs standard | {per_seed} | params | steps | "
-        "ms/step | run wall s |",
+        "ms/step | training s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     standard = {r["family"]: r["ls_mean"] for r in rows if r["variant"] == "standard"}
@@ -130,6 +130,6 @@ def seeds_table_markdown(rows: list, split: str, seeds: list) -> str:
         spread = f"± {r['ls_half_range']:.3f}" if r["ls_half_range"] is not None else "(one seed)"
         lines.append(
             f"| {r['family']} | {r['variant']} | {r['ls_mean']:.3f} {spread} | {delta:+.3f} | "
-            f"{values} | {r['params']:,} | {r['steps']} | {r['ms_per_step']:.0f} | {r['wall_s']:.0f} |"
+            f"{values} | {r['params']:,} | {r['steps']} | {r['ms_per_step']:.0f} | {r['training_s']:.0f} |"
         )
     return "\n".join(lines)

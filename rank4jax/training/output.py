@@ -142,8 +142,8 @@ def _train_record(pending: list, step: int, since: float, batch_size: int, resum
 
 def _training_time(run) -> dict:
     """The run's training time over every start (``metrics.training_seconds``), in all and to its
-    best checkpoint (None without one). A killed process never writes its summary, so the summary's
-    wall_time_total_s misses it; its logged intervals stay in metrics.jsonl."""
+    best checkpoint (None without one). It is the run's one training time: a killed process never
+    writes its summary, but its logged intervals stay in metrics.jsonl."""
     records, best = read_metrics(run.workdir).get("train", []), run.ckpt.best_step()
     return {
         "training_time_s": training_seconds(records, run.config.batch_size),
@@ -170,8 +170,7 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
         "best_step": run.ckpt.best_step(),
         "interrupted": actions.interrupted,
         "early_stopped": actions.early.stopped,  # stopped by early_stop_patience before num_steps
-        "wall_time_s": elapsed,
-        "wall_time_total_s": float(previous.get("wall_time_total_s", 0.0)) + elapsed,  # across resumptions
+        "wall_time_s": elapsed,  # this start's process, validation and saves included
         **_training_time(run),  # from the logged intervals: kept however an earlier process ended
         "final_validation": actions.last_val if ran else previous.get("final_validation"),
         "batch_layout": run.layout.name,  # what the train step consumed: full, trimmed or compact batches
