@@ -57,6 +57,9 @@ class _Server:
         n = next(self.count)
         stdout, stderr = (os.path.join(self.outputs, f"{n}.{s}") for s in ("out", "err"))
         stderr = None if merge else stderr
+        for path in (stdout, stderr):  # there before the child opens them: readable while it starts
+            if path is not None:
+                open(path, "w").close()
         request = {"argv": argv, "cwd": str(cwd), "env": env, "stdout": stdout, "stderr": stderr}
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
