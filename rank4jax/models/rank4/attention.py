@@ -65,8 +65,3 @@ def attend_heads(
 def joint_attention(params: dict, u: jax.Array, key_mask: jax.Array, extra=None, rows: Rows | None = None) -> jax.Array:
     """Σ_h O_h at the rows (G, R, D): rank-4 attention of the normalised rows u (see :func:`attend_heads`)."""
     return attend_heads(params, u, key_mask, extra, rows)[0]
-
-
-def head_weights(params: dict, u: jax.Array, key_mask: jax.Array, extra=None, rows: Rows | None = None) -> jax.Array:
-    """The weights :func:`joint_attention` uses, every head: (G·W, H, P, K)."""
-    return jnp.stack([a for _, _, _, a in attend_heads(params, u, key_mask, extra, rows)[1]], axis=1)

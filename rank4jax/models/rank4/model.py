@@ -19,6 +19,8 @@ layer and a score term to every head; the paper's model holds ``scores.STANDARD`
 
 from __future__ import annotations
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 from rank4jax.models import common, scores
 from rank4jax.models.common import apply_mlp, init_layer_norm, init_mlp, layer_norm
 from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import head_weights, init_attention, joint_attention
+from rank4jax.models.rank4.attention import attend_heads, init_attention
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.embedding import embed_rows, init_embedding
 from rank4jax.models.rank4.layout import Rows, training_rows, window_rows
@@ -62,17 +64,19 @@ def key_padding_mask(inputs: jax.Array) -> jax.Array:
 
 
 def _autodiff_block(layer, x, u, rows, key_mask, extra):
+    """Σ_h O_h at the rows, and every head's weights (B, H, P, K); unused weights cost nothing under jit."""
     del x
-    return joint_attention(layer["attn"], u, key_mask, extra, rows)
+    out, heads = attend_heads(layer["attn"], u, key_mask, extra, rows)
+    return out, jnp.stack([a for _, _, _, a in heads], axis=1)
 
 
 def _analytic_block(layer, x, u, rows, key_mask, extra):
     """The same forward with the §6 hand-derived backward, on window rows (the config refuses a
-    score variant with it, and the family never hands it a compact batch)."""
+    score variant with it, and the family never hands it a compact batch); no weights."""
     del u, extra
     if rows.grid is not None:
         raise ValueError("the analytic (§6) backward runs on full or trimmed windows only")
-    return attention_block(x, layer["ln_attn"], layer["attn"], key_mask)
+    return attention_block(x, layer["ln_attn"], layer["attn"], key_mask), None
 
 
 ATTENTION_BLOCKS = {"autodiff": _autodiff_block, "analytic": _analytic_block}  # by cfg.attention
@@ -80,19 +84,20 @@ ATTENTION_BLOCKS = {"autodiff": _autodiff_block, "analytic": _analytic_block}  #
 
 def apply_layer(
     layer: dict, x: jax.Array, rows: Rows, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng
-) -> tuple[jax.Array, jax.Array]:
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """One Pre-LN layer on the stream x (G, R, D): attention branch then MLP branch (``rng``: one
-    dropout key per window, or None). Returns the new stream and the layer's auxiliary value from
-    the score variant (0 for the paper's score)."""
+    dropout key per window, or None). Returns the new stream, the layer's auxiliary value from the
+    score variant (0 for the paper's score) and its attention weights (B, H, P, K) (None with the
+    analytic backward)."""
     rng_attn, rng_mlp = common.split_keys(rng)
     with jax.named_scope("attention"):  # the names a profile shows (rank4jax.training.profiling)
         u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
         extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
-        attended = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
+        attended, weights = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
         x = x + rows.dropout(attended, cfg.dropout, rng_attn, train)
     with jax.named_scope("mlp"):
         u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
-        return x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), aux
+        return x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), aux, weights
 
 
 def hidden_rows(
@@ -119,7 +124,7 @@ def hidden_rows(
     auxes = []
     for index, layer in enumerate(params["layers"]):
         layer_rng = common.fold_in_keys(rng, index)
-        x, aux = apply_layer(layer, x, rows, key_mask, cfg, train=train, rng=layer_rng)
+        x, aux, _ = apply_layer(layer, x, rows, key_mask, cfg, train=train, rng=layer_rng)
         auxes.append(aux)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
     chex.assert_shape(y, rows.tokens.shape + (cfg.width,))
@@ -163,17 +168,17 @@ def hidden_states(
 
 
 def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
-    """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x', t']."""
-    batch = inputs.shape[0]
+    """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x', t'], from
+    the layer's one forward (the analytic backward's forward is the same: its weights come from
+    the autodiff block)."""
+    batch, cfg = inputs.shape[0], dataclasses.replace(cfg, attention="autodiff")
     rows = window_rows(inputs)
     x, key_mask = embed_rows(params["embed"], rows, cfg), rows.key_mask()
     grid = (cfg.n_tokens, cfg.n_slices)
     maps = []
     for layer in params["layers"]:
-        u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        extra, _ = cfg.score.scores(scores.layer_params(cfg.score, layer), u, key_mask)
-        maps.append(head_weights(layer["attn"], u, key_mask, extra, rows).reshape((batch, cfg.n_heads) + grid + grid))
-        x, _ = apply_layer(layer, x, rows, key_mask, cfg, train=False, rng=None)
+        x, _, weights = apply_layer(layer, x, rows, key_mask, cfg, train=False, rng=None)
+        maps.append(weights.reshape((batch, cfg.n_heads) + grid + grid))
     return maps
 
 
