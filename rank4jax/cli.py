@@ -28,8 +28,13 @@ def run_reporting_user_errors(fn, *args, **kwargs):
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag or an unknown
-    ``--config.<key>`` override becomes one line on stderr and exit status 2."""
+    ``--config.<key>`` override becomes one line on stderr and exit status 2. Every command line
+    passes here first, so this is also where the libraries' noise is filtered (``rank4jax.noise``)."""
     from absl import flags
+
+    from rank4jax import noise
+
+    noise.install()
 
     try:
         return flags.FLAGS(argv)

@@ -16,7 +16,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from rank4jax.checkpoint.damage import first_readable, quiet_library_noise
+from rank4jax.checkpoint.damage import first_readable
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.engine.run_config import from_json_dict
 from rank4jax.engine.sharding import with_shardings
@@ -60,7 +60,6 @@ def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):
 
     first = ckpt.resolve_step(which)
     if which not in (None, "best", "latest"):
-        quiet_library_noise()
         return load(first)
     candidates = [first] + [s for s in reversed(ckpt.all_steps()) if s != first]
     return first_readable(ckpt, candidates, load)[1]

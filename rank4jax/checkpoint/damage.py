@@ -12,7 +12,6 @@ steps it will save again); evaluation leaves it in place. A step that disappears
 from __future__ import annotations
 
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -51,40 +50,11 @@ def check_finite(workdir: str, step: int, tree) -> None:
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
 
 
-LIBRARY_NOISE = ("Event loop is closed", "reading array index", "TensorStore")
-
-
-def quiet_library_noise() -> None:
-    """After a failed read or save, orbax's pending reads or writes of the other arrays fail in the
-    background: TensorStore's callbacks find asyncio's loop closed and print tracebacks (dozens, some
-    after the read returned or the run stopped) through ``sys.unraisablehook`` or ``sys.excepthook``.
-    Drop those, keep anything else."""
-    if getattr(sys.unraisablehook, "rank4jax_quiet", False):
-        return
-    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
-
-    def unraisable(info):
-        if not _noise(info.exc_value):
-            previous_unraisable(info)
-
-    def excepthook(exc_type, exc_value, tb):
-        if not _noise(exc_value):
-            previous_except(exc_type, exc_value, tb)
-
-    unraisable.rank4jax_quiet = True
-    sys.unraisablehook, sys.excepthook = unraisable, excepthook
-
-
-def _noise(error) -> bool:
-    return any(text in str(error) for text in LIBRARY_NOISE)
-
-
 def first_readable(ckpt, candidates, load, *, set_aside: bool = False):
     """``(step, load(step))`` for the first of ``candidates`` (steps, best first) that reads; each
     damaged one is named in a warning and, when ``set_aside``, moved into ``damaged_checkpoints/``
     once a readable one is found (if none is, all stay where they are); a step deleted meanwhile is
     skipped. No readable candidate: one CheckpointError listing why."""
-    quiet_library_noise()  # installed before the first read: the noise starts during the failing one
     problems, damaged = [], []
     for step in candidates:
         try:

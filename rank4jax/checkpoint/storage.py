@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
-import logging
 import os
 import re
 import shutil
@@ -24,9 +23,10 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from rank4jax.checkpoint.damage import LIBRARY_NOISE, CheckpointDamaged, check_finite, quiet_library_noise, reason
+from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, reason
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
+from rank4jax.noise import STORAGE_FAILURES
 
 # A validated checkpoint's metrics: the run's selection loss (config.selection) under SELECTION_METRIC,
 # with the validation window loss and LS(T) beside it. Checkpoints written before selection became a
@@ -54,35 +54,6 @@ def checkpoint_metrics(validation: dict, selection_key: str) -> dict:
 METRICS_ITEM = "metrics"  # the manager's own item: checkpoints/<step>/metrics/metrics
 
 
-STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
-
-
-class _OrbaxNoise(logging.Filter):
-    """Dropped from the absl and asyncio logs: orbax's warnings about what this project does on
-    purpose (a preemption save without a validation loss, read-only managers for evaluation) or about
-    the optional step metadata file, which orbax does without; its error logs and asyncio's 'Task
-    exception was never retrieved' about a failed save (a full disk: reported in one line by
-    :func:`storage_error`) or a failed read (reported by ``damage.first_readable``)."""
-
-    MESSAGES = (
-        "did not provide metrics",
-        "setting save_interval_steps=0",
-        "Given directory is read only",
-        "Metadata file",  # a damaged _CHECKPOINT_METADATA: orbax reads the checkpoint without it
-    )
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if any(text in message for text in self.MESSAGES):
-            return False
-        if record.levelno < logging.ERROR or not ("/orbax/" in record.pathname or "never retrieved" in message):
-            return True
-        text = f"{message} {record.exc_info[1] if record.exc_info else ''}"
-        return not any(phrase in text for phrase in (*STORAGE_FAILURES, *LIBRARY_NOISE))
-
-
-for _logger in ("absl", "asyncio"):
-    logging.getLogger(_logger).addFilter(_OrbaxNoise())
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
 _STEP_IN_PATH = re.compile(r"/" + CHECKPOINT_DIR + r"/(\d+)(?:\.orbax-checkpoint-tmp[^/]*)?/")
@@ -195,7 +166,6 @@ class RunCheckpoints:
             "config": ocp.JsonCheckpointHandler(),
             "tokenizer": ocp.JsonCheckpointHandler(),
         }
-        quiet_library_noise()  # a failed save's or read's pending writes or reads fail in the background
         self.workdir = workdir
         self.saving = None  # the step of the latest save requested (asynchronous)
         self.manager = _Manager(directory, options=options, item_handlers=handlers)
