@@ -806,3 +806,18 @@ def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(t
     assert report["cloze_stories"] == 3
     expected = "rank4jax: warning: cloze_contexts=8: each of the 3 Story Cloze stories can borrow 2 other contexts"
     assert f"{expected}; K = 2 is used\n" in capsys.readouterr().err
+
+
+def test_the_private_orbax_hooks_rank4jax_uses_are_still_there():
+    """The two places where rank4jax goes through orbax's private API, for want of a public one in
+    orbax-checkpoint 0.12: ``storage._Manager._get_metrics`` (a damaged metrics file read as absent
+    instead of raising from the manager's constructor) and ``_maybe_await_cleanup_tmp_directory``
+    (waiting for the background clean-up of partial saves). An orbax upgrade that renames or
+    reshapes either fails here rather than silently changing what a damaged workdir does."""
+    import inspect
+
+    import orbax.checkpoint as ocp
+
+    assert list(inspect.signature(ocp.CheckpointManager._get_metrics).parameters) == ["self", "step"]
+    assert list(inspect.signature(ocp.CheckpointManager._maybe_await_cleanup_tmp_directory).parameters) == ["self"]
+    assert storage._Manager._get_metrics is not ocp.CheckpointManager._get_metrics  # the override is in force
