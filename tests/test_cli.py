@@ -212,3 +212,32 @@ def test_print_config_lists_every_key_resolved_and_an_unknown_key_reads_plainly(
         'error: unknown config key \'dxx\' in --config.model.dxx (Did you mean "dx" instead of "dxx"?); '
         "train.py --print_config lists every key"
     )
+
+
+def test_a_config_without_the_later_keys_reads_as_the_runs_saved_before_them():
+    """``run_config.ADDED_DEFAULTS`` is the one source of a missing key's value: ``validate`` fills
+    them (``complete``), configs/default.py sets every one for new runs, and no library module reads
+    a run config key with a default of its own."""
+    import re
+
+    from configs import default
+    from rank4jax.engine.run_config import ADDED_DEFAULTS, complete
+
+    config = default.get_config()
+    for *parents, key in ADDED_DEFAULTS:
+        section = config
+        for name in parents:
+            section = section[name]
+        assert key in section, key  # new runs take configs/default.py's value
+        with section.unlocked():
+            del section[key]
+    validate(config)
+    for path, value in ADDED_DEFAULTS.items():
+        section = config
+        for name in path[:-1]:
+            section = section[name]
+        assert section[path[-1]] == value, path
+    assert complete(config) is config
+    sources = [p for p in (REPO / "rank4jax").rglob("*.py") if p.name != "run_config.py"]
+    defaulted = [f"{p.name}: {m}" for p in sources for m in re.findall(r"config\.get\([^)]*,[^)]*\)", p.read_text())]
+    assert defaulted == []

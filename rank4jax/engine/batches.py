@@ -33,7 +33,7 @@ def candidate_layouts(config: ml_collections.ConfigDict, family: ModelFamily, mo
     """The layouts this run may use, in the rule's order: compact and trimmed where the family
     accepts them, the config enables them and the run is a single process; full width always."""
     accepted = family.layouts(model_cfg) if jax.process_count() == 1 else ()
-    enabled = {"compact": config.get("compact_buckets", 0), "trimmed": config.get("trim_padding_multiple", 0)}
+    enabled = {"compact": config.compact_buckets, "trimmed": config.trim_padding_multiple}
     return [name for name in LAYOUTS if name == "full" or (name in accepted and enabled[name])]
 
 
@@ -45,7 +45,7 @@ def batch_layout(
     ``groups``: devices along the data axis (a compact batch keeps each device's windows in a group
     of its own)."""
     candidates = candidate_layouts(config, family, model_cfg)
-    name = name or config.get("batch_layout", "rule")
+    name = name or config.batch_layout
     if name in ("auto", "rule"):  # not measured (yet): the rule's
         name = candidates[0]
     if name not in candidates:

@@ -48,7 +48,7 @@ class StepPolicy:
 
     @classmethod
     def of(cls, config: ml_collections.ConfigDict) -> StepPolicy:
-        return cls(config.get("compute_dtype", "float32"), config.get("grad_accum_steps", 1))
+        return cls(config.compute_dtype, config.grad_accum_steps)
 
 
 def train_step(

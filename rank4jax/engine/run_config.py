@@ -24,11 +24,23 @@ IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data", "selection")
 # Keys added after workdirs were written without them: absent from a saved config, they read as this
 # default, the behaviour its run had (an older workdir resumes under the defaults; an identity key set
 # to another value is refused as for any other identity change).
+# The one source of the value a config has for a key it lacks: each key added to configs/default.py
+# after runs were saved without it, with the value that reproduces what those runs did (which can
+# differ from configs/default.py's value for new runs: trimming and layout timing came later).
+# ``complete`` (every run config, in ``validate``) and ``from_json_dict`` (every saved one) fill them,
+# so the code reads every key directly.
 ADDED_DEFAULTS = {
     ("selection",): "window",
     ("model", "objective_slices"): "all",
     ("optim", "schedule"): "constant",
     ("optim", "end_lr_factor"): 0.0,
+    ("early_stop_patience",): 0,
+    ("profile_steps",): "",
+    ("grad_accum_steps",): 1,
+    ("compute_dtype",): "float32",
+    ("trim_padding_multiple",): 0,
+    ("compact_buckets",): 0,
+    ("batch_layout",): "rule",
 }
 
 
@@ -37,7 +49,34 @@ def _check_nonnegative(name: str, value) -> None:
         raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
 
 
+def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Fill, in place, the keys of ``ADDED_DEFAULTS`` that ``config`` lacks (a config written before
+    they existed); returns it."""
+    missing = [
+        (path, default)
+        for path, default in ADDED_DEFAULTS.items()
+        if not (path == ("model", "objective_slices") and config.get("model_family") != "rank4")
+        and _lookup(config, path[:-1]) is not None
+        and path[-1] not in _lookup(config, path[:-1])
+    ]
+    with config.unlocked():
+        for path, default in missing:
+            _lookup(config, path[:-1])[path[-1]] = default
+    return config
+
+
+def _lookup(config, parents: tuple):
+    for name in parents:
+        config = config.get(name)
+        if not isinstance(config, ml_collections.ConfigDict):
+            return None
+    return config
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
+    """One ConfigError naming the first bad value (after ``complete``: a config without the later
+    keys reads as the runs saved before them)."""
+    complete(config)
     family = get_family(config.model_family)
     # the family's own section: its keys only, each value checked, before any data is read (the
     # vocabulary size is only known after tokenizing)
@@ -50,24 +89,24 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)
-    if config.get("selection", "window") not in SELECTIONS:
+    if config.selection not in SELECTIONS:
         raise ConfigError(f"selection must be one of {', '.join(SELECTIONS)}, got {config.selection!r}")
     for name in ("trim_padding_multiple", "compact_buckets", "early_stop_patience"):
-        value = config.get(name, 0)
+        value = config[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be a non-negative integer (0 = off), got {value!r}")
-    check_positive_int("grad_accum_steps", config.get("grad_accum_steps", 1))
-    if config.batch_size % config.get("grad_accum_steps", 1):
+    check_positive_int("grad_accum_steps", config.grad_accum_steps)
+    if config.batch_size % config.grad_accum_steps:
         raise ConfigError(
             f"batch_size ({config.batch_size}) must be a multiple of grad_accum_steps ({config.grad_accum_steps})"
         )
-    check_compute_dtype(config.get("compute_dtype", "float32"))
-    traced = profile_range(config.get("profile_steps", ""))
+    check_compute_dtype(config.compute_dtype)
+    traced = profile_range(config.profile_steps)
     if traced and traced[0] > config.num_steps:
         raise ConfigError(
             f"profile_steps={config.profile_steps} starts after num_steps={config.num_steps}: nothing would be traced"
         )
-    if config.get("batch_layout", "rule") not in SETTINGS:
+    if config.batch_layout not in SETTINGS:
         raise ConfigError(f"batch_layout must be one of {', '.join(SETTINGS)}, got {config.batch_layout!r}")
     if config.checkpoint_every % config.eval_every:
         raise ConfigError(

@@ -26,7 +26,7 @@ def choose_layout(config, family, model_cfg, programs, train_windows: np.ndarray
     per step of each candidate (None when it was named, single, or kept from the checkpoints)."""
     candidates = candidate_layouts(config, family, model_cfg)
     kept = (saved or {}).get("batch_layout")
-    if config.get("batch_layout", "rule") != "auto" or len(candidates) == 1:  # named, the rule, or no choice
+    if config.batch_layout != "auto" or len(candidates) == 1:  # named, the rule, or no choice
         return batch_layout(config, family, model_cfg, groups), None
     if kept in candidates:  # a resumed run keeps what it chose
         return batch_layout(config, family, model_cfg, groups, kept), None
