@@ -1,4 +1,4 @@
-"""The jitted programs of a run — the one place the project wraps a function in ``jax.jit``.
+"""The jitted programs of a run: every program training and evaluation run is built here.
 
 ``train_step(state, batch) -> (state, metrics)`` is pure: dropout keys come from fold_in(rng, step),
 one per window (fold_in of the window's index), so a window's masks do not depend on the batch it
@@ -12,7 +12,11 @@ rollout evaluators. Each is jitted with the mesh's shardings (the train state do
 batches; a small LRU): the seed, the data and the workdir are run-time inputs, so a later run with
 the same key in the same process (a rerun that resumes, a sweep over seeds, the test suite's tiny
 runs) calls the same ``jax.jit`` objects and compiles nothing. Training, evaluation, the experiment
-reports and the benches all take their programs from here.
+reports and the benches all take their programs from here. Outside this module ``jax.jit`` wraps
+module-level functions with the parameters as arguments, never closed over: the checkpoint's
+finiteness check, the prediction decoder and the experiments' own probes (``zpx_verify`` and
+``splm_probe`` jit their per-check losses once per check). The optimiser state rebuilt on a resume
+that changed the optimiser is the one jit built where it is used (once per such resume).
 
 ``CompiledStep`` compiles the train step ahead of time (``jit(...).lower(...).compile()``) for each
 batch shape it meets, keeps each executable's memory analysis, and refuses to compile more shapes

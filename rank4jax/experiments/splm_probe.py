@@ -23,6 +23,9 @@ from rank4jax.models import splm
 LENGTH, CUT, VOCAB = 48, 24, 64
 
 
+_forward = jax.jit(splm.forward, static_argnums=2)  # one jit object: a program per config, not per call
+
+
 def _model_and_streams(potential: str, stop_gradient: bool = True, seed: int = 0):
     """A fresh float64 model and two streams (LENGTH,) equal before CUT and different at every slot from
     CUT on. Call inside ``jax.enable_x64``."""
@@ -42,7 +45,7 @@ def probe(potential: str, stop_gradient: bool = True, seed: int = 0) -> float:
     """max |logit(a) − logit(b)| over slots < CUT for streams a, b equal before CUT."""
     with jax.enable_x64(True):
         cfg, params, a, b = _model_and_streams(potential, stop_gradient, seed)
-        logits, _ = jax.jit(lambda p, x: splm.forward(p, x, cfg))(params, jnp.stack([a, b]))
+        logits, _ = _forward(params, jnp.stack([a, b]), cfg)
         logits = np.asarray(logits)  # numpy from here: no program per operation
         return float(np.max(np.abs(logits[0, :CUT] - logits[1, :CUT])))
 

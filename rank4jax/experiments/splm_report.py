@@ -9,6 +9,7 @@ count from ``jax.eval_shape``) to come closest to the SPLM-Gaussian's count, as 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import jax
@@ -54,21 +55,22 @@ def matched_configs(base: ml_collections.ConfigDict, vocab_size: int) -> dict:
     return {"attention": attention, "splm_mlp": mlp, "splm_gaussian": gaussian}
 
 
+@functools.partial(jax.jit, static_argnames="cfg")  # the parameters an argument, not baked-in constants
+def _potential_values(params, windows, cfg):
+    """V_θ at every position of ``windows`` as a stream, and where a real token stands."""
+    packed = stream.pack_stream(windows)
+    _, v = splm.forward(params, packed["inputs"], cfg)
+    return v, packed["inputs"] != 0
+
+
 def landscape(workdir: str, windows: np.ndarray, batch_size: int = 64) -> dict:
     """V_θ(ξ(h_L), h_L) over the real positions of ``windows`` (mean, std, min, max) and the learned α."""
     run = load_run(workdir)
     cfg = run.model_cfg
     params = jax.tree_util.tree_map(jnp.asarray, run.params)
-
-    @jax.jit
-    def values(batch):
-        packed = stream.pack_stream(batch)
-        _, v = splm.forward(params, packed["inputs"], cfg)
-        return v, packed["inputs"] != 0
-
     chunks = []
     for batch in eval_batches({"w": windows}, batch_size):
-        v, real = jax.device_get(values(jnp.asarray(batch["w"])))
+        v, real = jax.device_get(_potential_values(params, jnp.asarray(batch["w"]), cfg))
         chunks.append(v[batch["mask"]][real[batch["mask"]]])
     v = np.concatenate(chunks)
     return {
