@@ -471,3 +471,18 @@ def test_an_event_file_that_cannot_be_written_is_one_warning_and_the_log_goes_on
     assert capsys.readouterr().err == (
         f"rank4jax: warning: the TensorBoard event file in {tmp_path} stops here: No space left on device\n"
     )
+
+
+def test_a_damaged_metrics_log_is_read_around_its_bad_lines(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    good = [{"step": 1, "split": "train", "loss": 2.0}, {"step": 2, "split": "validation", "window_ce": 1.5}]
+    path.write_bytes(
+        (json.dumps(good[0]) + '\n3\n\xff\xfe garbage\n{"split": "train"}\n' + json.dumps(good[1]) + "\n").encode(
+            "latin-1"
+        )
+        + b'{"step": 3, "spl'  # the last line, cut short by a hard kill: skipped without a word
+    )
+    assert read_metrics(str(tmp_path)) == {"train": [good[0]], "validation": [good[1]]}
+    assert capsys.readouterr().err == f"rank4jax: warning: {path}: 4 unreadable line(s) skipped\n"
+    path.write_text(json.dumps(good[0]) + '\n{"step": 3, "spl')
+    assert read_metrics(str(tmp_path)) == {"train": [good[0]]} and capsys.readouterr().err == ""

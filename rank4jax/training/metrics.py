@@ -174,20 +174,24 @@ def training_seconds(train_records: list[dict], batch_size: int, until_step: int
 
 
 def read_metrics(workdir: str) -> dict[str, list[dict]]:
-    """{split: records sorted by step}, last record per (split, step)."""
+    """{split: records sorted by step}, last record per (split, step). Unreadable lines are skipped:
+    the last one silently (a line cut short by a hard kill, rewritten when the run resumes), any
+    other with one warning naming how many."""
     path = os.path.join(workdir, METRICS_FILE)
     latest: dict[tuple[str, int], dict] = {}
+    lines = []
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a hard kill
-                latest[(record.get("split", "train"), int(record["step"]))] = record
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    bad = []
+    for number, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+            latest[(str(record.get("split", "train")), int(record["step"]))] = record
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad.append(number)
+    if [n for n in bad if n != len(lines) - 1]:
+        say(f"rank4jax: warning: {path}: {len(bad)} unreadable line(s) skipped")
     out: dict[str, list[dict]] = {}
     for (split, _), record in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         out.setdefault(split, []).append(record)
