@@ -246,3 +246,20 @@ def test_accelerator_check_runs_end_to_end_at_a_tiny_size(capsys):
     assert all(r["windows_per_s"] > 0 and r["tflops"] > 0 and r["bf16_peak_fraction"] is None for r in rows)
     assert "| rank4 | bf16 |" in out and "baseline (free-running) step time / rank-4 step time, bf16:" in out
     assert "training run configs/default.py bf16, 2 steps" in out and "first validation (step 2) LS(T)" in out
+
+
+def test_the_logged_xla_flops_are_the_compiled_steps_cost_analysis(tmp_path):
+    """``CompiledStep`` adds XLA's FLOP count of the executable each call runs (a (64, 64) matmul:
+    2·64³ each); a run logs, per interval, the FLOPs of its steps over the interval's time (one shape
+    here, so each two-step interval ran the same FLOPs)."""
+    from rank4jax.engine.programs import CompiledStep
+
+    step = CompiledStep(jax.jit(lambda a, b: a @ b), max_shapes=1)
+    x = jnp.ones((64, 64))
+    for _ in range(3):
+        step(x, x)
+    assert step.flops_done == 3 * 2 * 64**3
+    train(tiny_config(num_steps=4, log_every=2, batch_layout="full", compact_buckets=0), str(tmp_path))
+    records = read_metrics(str(tmp_path))["train"]
+    first, second = (r["xla_flops_per_s"] * r["interval_s"] for r in records)
+    assert [r["step"] for r in records] == [2, 4] and first == pytest.approx(second, rel=1e-9) and first > 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -229,9 +230,13 @@ class CompiledStep:
         self.jitted, self.max_shapes, self.name = jitted, max_shapes, name
         self._executables: dict[tuple, object] = {}
         self.memory: dict[tuple, dict | None] = {}
+        self._flops: dict[tuple, float] = {}  # XLA's cost analysis of each executable (NaN: none)
+        self.flops_done = 0.0  # the FLOPs of every step run so far, by XLA's count (host-side: no sync)
 
     def compile(self, *args):
-        key = _signature(args[-1])  # the batch; the state's shapes are fixed for a run
+        return self._compiled(_signature(args[-1]), args)  # the batch; the state's shapes are fixed for a run
+
+    def _compiled(self, key, args):
         executable = self._executables.get(key)
         if executable is None:
             if len(self._executables) >= self.max_shapes:
@@ -242,10 +247,14 @@ class CompiledStep:
             executable = self.jitted.lower(*args).compile()
             self._executables[key] = executable
             self.memory[key] = memory_analysis(executable)
+            self._flops[key] = _xla_flops(executable)
         return executable
 
     def __call__(self, *args):
-        return self.compile(*args)(*args)
+        key = _signature(args[-1])
+        executable = self._compiled(key, args)
+        self.flops_done += self._flops[key]
+        return executable(*args)
 
     @property
     def n_compiled(self) -> int:
@@ -261,6 +270,16 @@ class CompiledStep:
 
         worst = max(figures, key=total)
         return worst | {"total_bytes": total(worst), "compiled_shapes": len(self._executables)}
+
+
+def _xla_flops(executable) -> float:
+    """XLA's FLOP count of a compiled program (its cost analysis; NaN where the backend gives none)."""
+    try:
+        analysis = executable.cost_analysis()
+    except Exception:  # noqa: BLE001 -- an optional figure: some backends have no cost model
+        return math.nan
+    analysis = analysis[0] if isinstance(analysis, list | tuple) and analysis else analysis
+    return float(analysis.get("flops", math.nan)) if isinstance(analysis, dict) else math.nan
 
 
 def describe_memory(memory: dict | None) -> str:

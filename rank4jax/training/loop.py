@@ -48,9 +48,9 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         patience = config.early_stop_patience
         early = EarlyStopping.resume(patience, run.ckpt.best_metric() if patience else None, start, config.eval_every)
         end = start if early.stopped else config.num_steps  # a run that stopped early trains no further
-        out = stack.enter_context(Output(run, start))
-        out.announce(early)
         step_fn = CompiledStep(run.programs.train_step, max_shapes=run.layout.max_shapes)
+        out = stack.enter_context(Output(run, start, step_fn))
+        out.announce(early)
         profiler = Profiler(workdir, config.profile_steps, enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
         first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
