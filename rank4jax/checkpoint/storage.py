@@ -12,7 +12,6 @@ import contextlib
 import glob
 import json
 import os
-import re
 import shutil
 import tempfile
 import warnings
@@ -56,7 +55,6 @@ METRICS_ITEM = "metrics"  # the manager's own item: checkpoints/<step>/metrics/m
 
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
-_STEP_IN_PATH = re.compile(r"/" + CHECKPOINT_DIR + r"/(\d+)(?:\.orbax-checkpoint-tmp[^/]*)?/")
 
 
 def _os_error(error: BaseException) -> OSError | None:
@@ -71,8 +69,8 @@ def _os_error(error: BaseException) -> OSError | None:
 
 
 def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseException:
-    """A failed save as one WorkdirError: the step whose save failed (an asynchronous save fails
-    while a later one waits for it: the step is read from the path in orbax's message), the cause
+    """A failed save as one WorkdirError: the step whose save failed (``step``: the caller knows which
+    save it waited for; an earlier one whose partial directory is still there counts first), the cause
     (no space, quota, read-only, permission) and every checkpoint intact on disk. The failed save's
     partial directory is removed. Not a storage problem: the exception itself (a bug keeps its
     traceback)."""
@@ -81,10 +79,9 @@ def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseE
     if os_error is None and phrase is None:
         return error
     cause = os_error.strerror if os_error is not None else phrase
-    found = _STEP_IN_PATH.search(text)
     directory = checkpoint_dir(workdir)
     partial = glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*"))  # saves that failed (none is running)
-    steps = [int(found.group(1)) if found else step, *(int(os.path.basename(p).split(".")[0]) for p in partial)]
+    steps = [step, *(int(os.path.basename(p).split(".")[0]) for p in partial)]
     failed = min((s for s in steps if s is not None), default=None)  # the first save that failed
     if jax.process_index() == 0:  # the processes share the directory
         _remove_partial_saves(directory)
