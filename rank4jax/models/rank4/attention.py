@@ -35,7 +35,7 @@ def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array, extra: ja
     key_mask (B, K) bool; ``extra`` (B, P, K): a score term shared by every head, added before the mask."""
     heads = (1,) * (q.ndim - 3)  # broadcast over a head axis when there is one
     scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
-    scores = jnp.einsum("...pe,...ke->...pk", q, k) * scale
+    scores = jnp.einsum("...pd,...kd->...pk", q, k) * scale
     if extra is not None:
         scores = scores + extra.reshape(extra.shape[:1] + heads + extra.shape[1:])
     mask = key_mask.reshape(key_mask.shape[:1] + heads + (1,) + key_mask.shape[1:])
@@ -56,7 +56,7 @@ def attend_heads(
     for h in range(params["wq"].shape[0]):
         q, k, v = (to_grid(u @ params[name][h]) for name in ("wq", "wk", "wv"))
         a = attention_weights(q, k, key_mask, extra)
-        o = jnp.einsum("bpk,bke->bpe", a, v)
+        o = jnp.einsum("bpk,bkd->bpd", a, v)
         out = o if out is None else out + o
         saved.append((q, k, v, a))
     return (out if rows is None else rows.from_grid(out)), saved
