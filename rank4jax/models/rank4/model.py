@@ -63,41 +63,44 @@ def key_padding_mask(inputs: jax.Array) -> jax.Array:
     return window_rows(inputs).key_mask()
 
 
-def _autodiff_block(layer, x, u, rows, key_mask, extra):
-    """Σ_h O_h at the rows, and every head's weights (B, H, P, K); unused weights cost nothing under jit."""
-    del x
-    out, heads = attend_heads(layer["attn"], u, key_mask, extra, rows)
-    return out, jnp.stack([a for _, _, _, a in heads], axis=1)
-
-
-def _analytic_block(layer, x, u, rows, key_mask, extra):
-    """The same forward with the §6 hand-derived backward, on window rows (the config refuses a
-    score variant with it, and the family never hands it a compact batch); no weights."""
-    del u, extra
-    if rows.grid is not None:
-        raise ValueError("the analytic (§6) backward runs on full or trimmed windows only")
-    return attention_block(x, layer["ln_attn"], layer["attn"], key_mask), None
-
-
-ATTENTION_BLOCKS = {"autodiff": _autodiff_block, "analytic": _analytic_block}  # by cfg.attention
-
-
-def apply_layer(
-    layer: dict, x: jax.Array, rows: Rows, key_mask: jax.Array, cfg: Rank4Config, *, train: bool, rng
-) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-    """One Pre-LN layer on the stream x (G, R, D): attention branch then MLP branch (``rng``: one
-    dropout key per window, or None). Returns the new stream, the layer's auxiliary value from the
-    score variant (0 for the paper's score) and its attention weights (B, H, P, K) (None with the
-    analytic backward)."""
+def apply_layer(layer: dict, x: jax.Array, attend, cfg: Rank4Config, *, train: bool, rng, rows: Rows):
+    """One Pre-LN layer (SPEC §3–§4) on the stream x (G, R, D): x + Attn(LN(x)), then x + MLP(LN(x)),
+    dropout on each branch (``rng``: one key per window, or None). ``attend(layer, x, u)``: the
+    layer's attention of the normalised rows u (:func:`attention_of`, composed once per forward).
+    Returns the new stream, the score variant's auxiliary value and the heads' weights."""
     rng_attn, rng_mlp = common.split_keys(rng)
     with jax.named_scope("attention"):  # the names a profile shows (rank4jax.training.profiling)
         u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
-        attended, weights = ATTENTION_BLOCKS[cfg.attention](layer, x, u, rows, key_mask, extra)
+        attended, aux, weights = attend(layer, x, u)
         x = x + rows.dropout(attended, cfg.dropout, rng_attn, train)
     with jax.named_scope("mlp"):
         u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
-        return x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train), aux, weights
+        x = x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train)
+    return x, aux, weights
+
+
+def attention_of(cfg: Rank4Config, rows: Rows, key_mask: jax.Array):
+    """``attend(layer, x, u) -> (Σ_h O_h, aux, weights (B, H, P, K) | None)`` for ``cfg``: the score
+    variant's term (``cfg.score``) added to every head's score, the heads computed on ``rows`` (any
+    layout), with autodiff's backward, or the §6 hand-derived one (``cfg.attention == "analytic"``:
+    full or trimmed windows, the paper's score; it normalises x itself inside its custom VJP)."""
+    if cfg.attention == "analytic":
+        if rows.grid is not None:
+            raise ValueError("the analytic (§6) backward runs on full or trimmed windows only")
+
+        def analytic(layer, x, u):
+            del u
+            return attention_block(x, layer["ln_attn"], layer["attn"], key_mask), jnp.zeros((), x.dtype), None
+
+        return analytic
+
+    def autodiff(layer, x, u):
+        del x
+        extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
+        out, heads = attend_heads(layer["attn"], u, key_mask, extra, rows)
+        return out, aux, jnp.stack([a for _, _, _, a in heads], axis=1)  # unused weights: dropped under jit
+
+    return autodiff
 
 
 def hidden_rows(
@@ -120,11 +123,11 @@ def hidden_rows(
     rng = common.window_keys(rng, rows.n_windows)  # one key per window
     x = embed_rows(params["embed"], rows, cfg) if embedded is None else embedded
     chex.assert_shape(x, rows.tokens.shape + (cfg.width,))
-    key_mask = rows.key_mask()
+    attend = attention_of(cfg, rows, rows.key_mask())
     auxes = []
     for index, layer in enumerate(params["layers"]):
         layer_rng = common.fold_in_keys(rng, index)
-        x, aux, _ = apply_layer(layer, x, rows, key_mask, cfg, train=train, rng=layer_rng)
+        x, aux, _ = apply_layer(layer, x, attend, cfg, train=train, rng=layer_rng, rows=rows)
         auxes.append(aux)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
     chex.assert_shape(y, rows.tokens.shape + (cfg.width,))
@@ -173,11 +176,11 @@ def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[ja
     the autodiff block)."""
     batch, cfg = inputs.shape[0], dataclasses.replace(cfg, attention="autodiff")
     rows = window_rows(inputs)
-    x, key_mask = embed_rows(params["embed"], rows, cfg), rows.key_mask()
+    x, attend = embed_rows(params["embed"], rows, cfg), attention_of(cfg, rows, rows.key_mask())
     grid = (cfg.n_tokens, cfg.n_slices)
     maps = []
     for layer in params["layers"]:
-        x, _, weights = apply_layer(layer, x, rows, key_mask, cfg, train=False, rng=None)
+        x, _, weights = apply_layer(layer, x, attend, cfg, train=False, rng=None, rows=rows)
         maps.append(weights.reshape((batch, cfg.n_heads) + grid + grid))
     return maps
 
