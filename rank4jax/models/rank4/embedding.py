@@ -48,8 +48,8 @@ def embed_tokens(params: dict, tok: jax.Array, spatial: jax.Array, joint: jax.Ar
 def embed_rows(params: dict, rows, cfg: Rank4Config) -> jax.Array:
     """X at the rows of a layout (``rank4jax.models.rank4.layout.Rows``): (G, R, D) flattened fibers."""
     spatial, joint = position_tables(cfg, params["sem"].dtype)  # P (N, dx), R[x+t] (N, T, dt)
-    # on one row axis, as the MLP: XLA:CPU reduces the outer product's backward (R, dx, dt) → (R, dx)
-    # several times faster than with the layout's leading group axis kept apart
+    # on one row axis, for the reason common.on_rows gives: XLA:CPU reduces the outer product's
+    # backward (R, dx, dt) → (R, dx) several times faster than with the leading group axis kept apart
     tok, position, slice_ = (a.reshape(-1) for a in (rows.tokens, rows.position, rows.slice))
     x = embed_tokens(params, tok, jnp.asarray(spatial)[position], jnp.asarray(joint)[position, slice_])
     return x.reshape(rows.tokens.shape + (cfg.width,))

@@ -17,7 +17,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import wide_dtype
+from rank4jax.models.common import on_rows, wide_dtype
 
 
 def init_readout(key: jax.Array, vocab_size: int, dt: int, width: int, dtype=jnp.float32) -> dict:
@@ -40,13 +40,9 @@ def apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
 
 def _apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
     m = readout_matrix(sem, tmp)
-    batch, positions, width = y.shape
-    chex.assert_shape(y, (batch, positions, m.shape[1]))
-    # One 2-D (B·P, D) × (D, V) matmul: with the batch axes kept apart, XLA:CPU materialised the
-    # (V, B·P) transpose of the logits' gradient for ∂M (as costly as the matmul itself).
-    # Logits in at least float32 (accumulated there from bfloat16 inputs): the CE's logsumexp needs them.
-    flat = jnp.matmul(y.reshape(batch * positions, width), m.T, preferred_element_type=wide_dtype(y))
-    return flat.reshape(batch, positions, -1)
+    chex.assert_shape(y, y.shape[:2] + (m.shape[1],))
+    # logits in at least float32 (accumulated there from bfloat16 inputs): the CE's logsumexp needs them
+    return on_rows(lambda rows: jnp.matmul(rows, m.T, preferred_element_type=wide_dtype(y)), y)
 
 
 def target_logits(sem: jax.Array, tmp: jax.Array, y: jax.Array, targets: jax.Array) -> jax.Array:
