@@ -486,3 +486,26 @@ def test_a_damaged_metrics_log_is_read_around_its_bad_lines(tmp_path, capsys):
     assert capsys.readouterr().err == f"rank4jax: warning: {path}: 4 unreadable line(s) skipped\n"
     path.write_text(json.dumps(good[0]) + '\n{"step": 3, "spl')
     assert read_metrics(str(tmp_path)) == {"train": [good[0]]} and capsys.readouterr().err == ""
+
+
+def test_the_products_own_xla_flags_train_the_same_run(tmp_path):
+    """Every other test compiles at the suite's XLA flags (tests/conftest.py); this one runs train.py
+    as a user does, with XLA's defaults (no XLA_FLAGS), beside the same command at the suite's flags:
+    both finish, and their logged losses agree to float32 rounding (the flags move results by an ulp)."""
+    from tests import launcher
+    from tests.test_faults import TINY_FLAGS
+
+    steps = ("--config.num_steps=6", "--config.log_every=2", "--config.eval_every=2", "--config.checkpoint_every=2")
+    logged = {}
+    for name, flags in (("product", ""), ("suite", launcher.command_env()["XLA_FLAGS"])):
+        out = launcher.run(
+            "train.py",
+            f"--workdir={tmp_path / name}",
+            *TINY_FLAGS,
+            *steps,
+            env=launcher.command_env() | {"XLA_FLAGS": flags},
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        logged[name] = [r["loss"] for r in read_metrics(str(tmp_path / name))["train"]]
+    assert len(logged["product"]) == 3
+    np.testing.assert_allclose(logged["product"], logged["suite"], rtol=1e-5)
