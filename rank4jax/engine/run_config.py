@@ -77,6 +77,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     """One ConfigError naming the first bad value (after ``complete``: a config without the later
     keys reads as the runs saved before them)."""
     complete(config)
+    for check in (_check_model, _check_run, _check_optim, _check_data):
+        check(config)
+
+
+def _check_model(config: ml_collections.ConfigDict) -> None:
     family = get_family(config.model_family)
     # the family's own section: its keys only, each value checked, before any data is read (the
     # vocabulary size is only known after tokenizing)
@@ -86,6 +91,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if "dropout" in family.fields and "dropout" in config.model:
         check_dropout("model.dropout", config.model.dropout)
     family.make_config(config.model, None)
+
+
+def _check_run(config: ml_collections.ConfigDict) -> None:
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)
@@ -113,6 +121,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
             f"checkpoint_every ({config.checkpoint_every}) must be a multiple of eval_every ({config.eval_every}) "
             "so every checkpoint carries a validation loss"
         )
+
+
+def _check_optim(config: ml_collections.ConfigDict) -> None:
     optim = config.optim
     if isinstance(optim.learning_rate, bool) or not isinstance(optim.learning_rate, numbers.Real):
         raise ConfigError(f"optim.learning_rate must be a number, got {optim.learning_rate!r}")
@@ -131,6 +142,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for name in ("b1", "b2"):
         if not 0 <= optim[name] < 1:
             raise ConfigError(f"optim.{name} must be in [0, 1), got {optim[name]!r}")
+
+
+def _check_data(config: ml_collections.ConfigDict) -> None:
     data = config.data
     if data.source not in ("builtin", "file"):
         raise ConfigError(f"data.source must be 'builtin' or 'file', got {data.source!r}")
