@@ -9,6 +9,9 @@ checkpoint and writes ladder.md, ladder.json and plots/ladder.png (``rank4jax.ex
     python ladder.py --workdir=runs/ladder --only=sweep/rank4_lr0.001
     python ladder.py --workdir=runs/ladder --only=d256/baseline
 
+    # where every run stands, from the runs' logs (trains nothing)
+    python ladder.py --workdir=runs/ladder --status
+
     # skip the sweep for families whose rate is known
     python ladder.py --workdir=runs/ladder --learning_rates=rank4=1e-3,baseline=1e-3
 
@@ -42,6 +45,7 @@ _ONLY = flags.DEFINE_string("only", None, "Train this one run (e.g. sweep/rank4_
 _SPLIT = flags.DEFINE_enum("split", "test", ["validation", "test"], "Split for the reported LS(T).")
 _CLOZE = flags.DEFINE_string("cloze_data", "", "A Story Cloze CSV (not the training data) every rung is scored on.")
 _CONTEXTS = flags.DEFINE_integer("cloze_contexts", 8, "K lent contexts of the PMI and ending-only rules.")
+_STATUS = flags.DEFINE_bool("status", False, "Print where every run of the ladder stands (from its logs) and exit.")
 
 
 def _numbers(flag, values, kind):
@@ -84,6 +88,8 @@ def main(argv):
         logging.set_verbosity(logging.ERROR)
 
     def go():
+        if _STATUS.value:
+            return {"table": lad.status(config_value(_CONFIG), _WORKDIR.value, _plan(), _given())}
         evaluate = lad.evaluator(_SPLIT.value, _CLOZE.value or None, _CONTEXTS.value)
         plan, given, base = _plan(), _given(), config_value(_CONFIG)
         return lad.ladder(base, _WORKDIR.value, plan, given=given, only=_ONLY.value, evaluate=evaluate)

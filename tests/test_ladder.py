@@ -81,3 +81,16 @@ def test_ladder_picks_each_rate_matches_sizes_and_reports(tiny_ladder):
     saved = json.load(open(os.path.join(workdir, "ladder.json")))
     assert saved["table"] == result["table"] == open(os.path.join(workdir, "ladder.md")).read().rstrip("\n")
     assert "| 16 | baseline |" in result["table"] and os.path.isfile(os.path.join(workdir, "plots", "ladder.png"))
+
+
+def test_status_reads_every_run_from_its_logs(tiny_ladder):
+    workdir, base, plan, result = tiny_ladder
+    table = lad.status(base, workdir, plan, given={"baseline": 3e-3})
+    row = result["rows"]["d8/rank4"]
+    best = min(read_metrics(os.path.join(workdir, "d8/rank4"))["validation"], key=lambda r: r["window_ce"])
+    expected = (
+        f"| d8/rank4 | {row['learning_rate']:g} | {row['stopped_step']} / {plan.max_steps} | "
+        f"{best['window_ce']:.4f} ({best['step']}) | {best['last_slice_ce']:.4f} |"
+    )
+    assert expected in table and "| sweep/rank4_lr0.03 | 0.03 | 4 / 4 |" in table
+    assert len(table.splitlines()) == 2 + 2 + 4  # header, the two sweep runs, the four rungs

@@ -41,7 +41,7 @@ from rank4jax.experiments.compare import CLOZE_RULES
 from rank4jax.experiments.runner import run_all, train_stage, write_outputs
 from rank4jax.models.family import SELECTIONS, run_param_count
 from rank4jax.models.sizes import closest
-from rank4jax.training.metrics import SUMMARY_FILE, read_metrics
+from rank4jax.training.metrics import SUMMARY_FILE, read_metrics, training_seconds
 
 FAMILIES = {  # name → (model family, what it is)
     "rank4": ("rank4", "rank-4, the paper's objective and selection"),
@@ -223,6 +223,31 @@ def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evalu
         train_stage(name, config, os.path.join(workdir, name))
     sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
     return evaluate(workdir, rungs) if evaluate is not None else None
+
+
+def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
+    """A markdown table of every run the ladder knows so far (the rungs once the sweep has finished):
+    the step it reached, its best validation selection loss with the step and LS(T) there, and its
+    logged training time. Reads the runs' logs only: nothing is trained or compiled."""
+    given = dict(given or {})
+    sweep, rungs = plan_runs(base, workdir, plan, given, prepare_data(base, None).tokenizer.vocab_size)
+    lines = [
+        "| run | lr | step | best selection loss (step) | LS(T) there | training s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, config in {**sweep, **(rungs or {})}.items():
+        metrics, key = read_metrics(os.path.join(workdir, name)), SELECTIONS[config.selection]
+        best = min(metrics.get("validation", []), key=lambda r: r[key], default=None)
+        steps = [r["step"] for r in metrics.get("train", [])]
+        seconds = training_seconds(metrics["train"], config.batch_size) if steps else None
+        figures = "— | —" if best is None else f"{best[key]:.4f} ({best['step']}) | {best['last_slice_ce']:.4f}"
+        lines.append(
+            f"| {name} | {config.optim.learning_rate:g} | {max(steps, default=0)} / {config.num_steps} | {figures} | "
+            f"{_seconds(seconds)} |"
+        )
+    if rungs is None:
+        lines.append("\nThe rungs are known once every sweep run has finished.")
+    return "\n".join(lines)
 
 
 def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts: int = CLOZE_CONTEXTS):
