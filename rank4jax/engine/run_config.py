@@ -52,16 +52,13 @@ def _check_nonnegative(name: str, value) -> None:
 def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Fill, in place, the keys of ``ADDED_DEFAULTS`` that ``config`` lacks (a config written before
     they existed); returns it."""
-    missing = [
-        (path, default)
-        for path, default in ADDED_DEFAULTS.items()
-        if not (path == ("model", "objective_slices") and config.get("model_family") != "rank4")
-        and _lookup(config, path[:-1]) is not None
-        and path[-1] not in _lookup(config, path[:-1])
-    ]
     with config.unlocked():
-        for path, default in missing:
-            _lookup(config, path[:-1])[path[-1]] = default
+        for (*parents, key), default in ADDED_DEFAULTS.items():
+            if parents == ["model"] and config.get("model_family") != "rank4":
+                continue  # model.objective_slices: the rank-4 family's section only
+            section = _lookup(config, parents)
+            if section is not None and key not in section:
+                section[key] = default
     return config
 
 
@@ -225,21 +222,9 @@ def identity_differences(saved: dict, config: ml_collections.ConfigDict) -> list
 
 
 def with_added_defaults(config: dict) -> dict:
-    """A config dict with the later-added identity keys it lacks set to their defaults (only where
-    the key applies: ``model.objective_slices`` to the rank-4 family's section)."""
-    config = dict(config)
-    for path, default in ADDED_DEFAULTS.items():
-        if path == ("model", "objective_slices") and config.get("model_family") != "rank4":
-            continue
-        *parents, key = path
-        holder = config
-        for name in parents:
-            if not isinstance(holder.get(name), dict):
-                break
-            holder[name] = holder = dict(holder[name])
-        else:
-            holder.setdefault(key, default)
-    return config
+    """A config dict with the later-added keys it lacks set to their defaults: ``complete`` on a
+    ConfigDict copy, so saved and live configs are filled by the one rule."""
+    return to_json_dict(complete(ml_collections.ConfigDict(config)))
 
 
 FINGERPRINT_KEY = "data_fingerprint"  # beside the sections of a saved config: the data's contents

@@ -167,10 +167,17 @@ def rung_configs(base, plan: LadderPlan, vocab_size: int, rates: dict) -> dict:
     return configs
 
 
-def best_selection_loss(run_dir: str, config: ml_collections.ConfigDict) -> float:
-    """The lowest validation selection loss a run logged (``config.selection``); inf with none."""
+def best_validation(metrics: dict, config: ml_collections.ConfigDict) -> dict | None:
+    """The validation record with the lowest selection loss (``config.selection``) among a run's
+    logged ``metrics`` (``read_metrics``); None with none."""
     key = SELECTIONS[config.selection]
-    return min((r[key] for r in read_metrics(run_dir).get("validation", [])), default=math.inf)
+    return min(metrics.get("validation", []), key=lambda r: r[key], default=None)
+
+
+def best_selection_loss(run_dir: str, config: ml_collections.ConfigDict) -> float:
+    """The lowest validation selection loss a run logged; inf with none."""
+    best = best_validation(read_metrics(run_dir), config)
+    return math.inf if best is None else best[SELECTIONS[config.selection]]
 
 
 def pick_rates(sweep: dict, losses: dict, plan: LadderPlan, given: dict) -> dict:
@@ -237,7 +244,7 @@ def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
     ]
     for name, config in {**sweep, **(rungs or {})}.items():
         metrics, key = read_metrics(os.path.join(workdir, name)), SELECTIONS[config.selection]
-        best = min(metrics.get("validation", []), key=lambda r: r[key], default=None)
+        best = best_validation(metrics, config)
         steps = [r["step"] for r in metrics.get("train", [])]
         seconds = training_seconds(metrics["train"], config.batch_size) if steps else None
         figures = "— | —" if best is None else f"{best[key]:.4f} ({best['step']}) | {best['last_slice_ce']:.4f}"

@@ -125,6 +125,21 @@ class MetricsWriter:
                     say(f"rank4jax: warning: the TensorBoard event file in {self.workdir} is incomplete: {e.strerror}")
 
 
+def _records(path: str) -> tuple[list[tuple[tuple[str, int], dict]], list[int], int]:
+    """metrics.jsonl's readable records in file order as ((split, step), record), the indices of its
+    unreadable non-empty lines (undecodable bytes, not a record, no step), and how many lines it has."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    records, bad = [], []
+    for number, line in enumerate(lines):
+        try:
+            record = json.loads(line)
+            records.append(((str(record.get("split", "train")), int(record["step"])), record))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad.append(number)
+    return records, bad, len(lines)
+
+
 def rewind_metrics(workdir: str, step: int) -> None:
     """Before a run resumes from checkpoint ``step``: rewrite metrics.jsonl with its readable records up
     to ``step``, each (split, step) once (the last), so the steps trained again are not logged twice and
@@ -133,16 +148,10 @@ def rewind_metrics(workdir: str, step: int) -> None:
     if not os.path.isfile(path):
         return
     kept: dict[tuple[str, int], dict] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-                key = (record.get("split", "train"), int(record["step"]))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # a line cut short by a hard kill, or not a record
-            if key[1] <= step:
-                kept.pop(key, None)
-                kept[key] = record
+    for key, record in _records(path)[0]:
+        if key[1] <= step:
+            kept.pop(key, None)
+            kept[key] = record
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(record) + "\n" for record in kept.values())
     os.replace(path + ".tmp", path)
@@ -178,19 +187,9 @@ def read_metrics(workdir: str) -> dict[str, list[dict]]:
     the last one silently (a line cut short by a hard kill, rewritten when the run resumes), any
     other with one warning naming how many."""
     path = os.path.join(workdir, METRICS_FILE)
-    latest: dict[tuple[str, int], dict] = {}
-    lines = []
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
-    bad = []
-    for number, line in enumerate(lines):
-        try:
-            record = json.loads(line)
-            latest[(str(record.get("split", "train")), int(record["step"]))] = record
-        except (ValueError, KeyError, TypeError, AttributeError):
-            bad.append(number)
-    if [n for n in bad if n != len(lines) - 1]:
+    records, bad, n_lines = _records(path) if os.path.isfile(path) else ([], [], 0)
+    latest = dict(records)
+    if [n for n in bad if n != n_lines - 1]:
         say(f"rank4jax: warning: {path}: {len(bad)} unreadable line(s) skipped")
     out: dict[str, list[dict]] = {}
     for (split, _), record in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):

@@ -29,7 +29,7 @@ from rank4jax.training.utilization import bf16_peak_flops, utilization
 
 
 class Output:
-    def __init__(self, run, start: int, step_fn=None):
+    def __init__(self, run, start: int, step_fn):
         self.run, self.start, self.step_fn = run, start, step_fn
         self.flops_logged = 0.0  # step_fn.flops_done at the last train record
         if start and run.is_main:
@@ -85,9 +85,9 @@ class Output:
     def log_train(self, step: int) -> None:
         record = _train_record(self.pending, step, self.since, self.run.config.batch_size, self.start)
         record |= utilization(record["windows_per_s"], *self.flops)
-        if self.step_fn is not None:  # what the compiled steps really computed (PAD positions skipped)
-            done, self.flops_logged = self.step_fn.flops_done - self.flops_logged, self.step_fn.flops_done
-            record["xla_flops_per_s"] = done / record["interval_s"]
+        # what the compiled steps really computed (PAD positions skipped)
+        done, self.flops_logged = self.step_fn.flops_done - self.flops_logged, self.step_fn.flops_done
+        record["xla_flops_per_s"] = done / record["interval_s"]
         self.writer.write(record)
         shown = {"loss": f"{record['loss']:.3f}", "lr": f"{record['learning_rate']:.2g}"}
         shown["win_s"] = f"{record['windows_per_s']:.0f}"
