@@ -32,7 +32,7 @@ def test_jax_keeps_the_cache_within_its_own_limit():
 @pytest.mark.parametrize(
     "flag",
     [
-        "--xla_backend_optimization_level=1",
+        "--xla_backend_optimization_level=0",
         "--xla_cpu_use_fusion_emitters=false",
         "--xla_force_host_platform_device_count=2",
     ],
