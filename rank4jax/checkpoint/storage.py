@@ -137,6 +137,27 @@ class _Manager(ocp.CheckpointManager):
         return None
 
 
+def _handlers() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+    """Each item's handler by the args it is saved or restored with. The train state is saved and
+    restored whole by the standard handler; ``PyTreeRestore`` reads the same files through the PyTree
+    handler, which can restore part of the tree (the parameters without the optimiser's moments)."""
+    registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    registry.add("state", ocp.args.PyTreeRestore, ocp.PyTreeCheckpointHandler())
+    pairs = {
+        "state": ((ocp.args.StandardSave, ocp.args.StandardRestore), ocp.StandardCheckpointHandler()),
+        "data_iter": (
+            (grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore),
+            grain.checkpoint.CheckpointHandler(),
+        ),
+        "config": ((ocp.args.JsonSave, ocp.args.JsonRestore), ocp.JsonCheckpointHandler()),
+        "tokenizer": ((ocp.args.JsonSave, ocp.args.JsonRestore), ocp.JsonCheckpointHandler()),
+    }
+    for item, (arg_types, handler) in pairs.items():
+        for arg_type in arg_types:
+            registry.add(item, arg_type, handler)
+    return registry
+
+
 class RunCheckpoints:
     """A thin wrapper over ``ocp.CheckpointManager`` with this project's items."""
 
@@ -158,15 +179,9 @@ class RunCheckpoints:
             read_only=read_only,
             cleanup_tmp_directories=not read_only,  # a failed save's partial directory, at the next start
         )
-        handlers = {
-            "state": ocp.StandardCheckpointHandler(),
-            "data_iter": grain.checkpoint.CheckpointHandler(),
-            "config": ocp.JsonCheckpointHandler(),
-            "tokenizer": ocp.JsonCheckpointHandler(),
-        }
         self.workdir = workdir
         self.saving = None  # the step of the latest save requested (asynchronous)
-        self.manager = _Manager(directory, options=options, item_handlers=handlers)
+        self.manager = _Manager(directory, options=options, handler_registry=_handlers())
         # orbax lists and cleans the partial directories in a background thread it does not join on
         # close: wait for it now, so nothing (a damaged step set aside, a refused run's empty
         # checkpoints/ removed) moves the directory under it. Private: orbax 0.12 has no public wait
@@ -324,8 +339,7 @@ class RunCheckpoints:
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
         )
         try:  # the model is built from this checkpoint's own config: a failure here is damage
-            with ocp.PyTreeCheckpointer() as checkpointer:
-                params = checkpointer.restore(os.path.join(self.step_dir(step), "state"), args=args)["params"]
+            params = self.manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
         except Exception as e:  # noqa: BLE001
             raise CheckpointDamaged(self.workdir, step, e) from None
         check_finite(self.workdir, step, params)
