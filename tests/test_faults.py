@@ -821,3 +821,28 @@ def test_the_private_orbax_hooks_rank4jax_uses_are_still_there():
     assert list(inspect.signature(ocp.CheckpointManager._get_metrics).parameters) == ["self", "step"]
     assert list(inspect.signature(ocp.CheckpointManager._maybe_await_cleanup_tmp_directory).parameters) == ["self"]
     assert storage._Manager._get_metrics is not ocp.CheckpointManager._get_metrics  # the override is in force
+
+
+def test_checkpoints_name_the_standard_handler_and_restore_parameters_alone(tiny_run):
+    """The train state's item is written by the standard handler and says so in the step's metadata
+    (as every checkpoint before the handler registry did); the registry's second, PyTree handler
+    restores the parameters alone through the same manager, equal to the whole state's."""
+    import json
+
+    from rank4jax.checkpoint.storage import RunCheckpoints
+
+    with RunCheckpoints(str(tiny_run), read_only=True) as checkpoints:
+        step = checkpoints.latest_step()
+        with open(os.path.join(checkpoints.step_dir(step), "_CHECKPOINT_METADATA"), encoding="utf-8") as f:
+            handlers = json.load(f)["item_handlers"]
+        assert (
+            handlers["state"] == "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
+        )
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        saved = checkpoints.manager.item_metadata(step)["state"].tree
+        abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
+        whole = checkpoints.restore_state(step, abstract)
+        params = checkpoints.restore_params(step, abstract["params"])
+    assert jax.tree.structure(params) == jax.tree.structure(whole["params"])
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(whole["params"]), strict=True):
+        np.testing.assert_array_equal(a, b)
