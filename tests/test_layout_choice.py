@@ -2,7 +2,6 @@
 checkpoints and kept on resume; named or ruled layouts are not measured."""
 
 import contextlib
-import dataclasses
 
 import numpy as np
 import pytest
@@ -38,7 +37,8 @@ def test_auto_times_every_candidate_keeps_the_fastest_and_a_resume_keeps_it(tmp_
     a resume uses it without measuring again."""
     measured = []
 
-    def timed(layouts, programs, windows, batch_size, seed):
+    def timed(layouts, steps, programs, windows, batch_size, seed):
+        assert sorted(steps) == sorted(layouts)
         measured.append(sorted(layouts))
         return {"compact": 0.003, "trimmed": 0.002, "full": 0.004}
 
@@ -84,9 +84,10 @@ def _time_layouts_recorded(run):
         steps.append(int(state.step))
         return run.programs.train_step(state, batch)
 
-    programs = dataclasses.replace(run.programs, train_step=counted_step)
     layouts = {name: recording(name) for name in ("compact", "full")}
-    seconds = layout_choice.time_layouts(layouts, programs, train_windows, 8, 0)
+    seconds = layout_choice.time_layouts(
+        layouts, dict.fromkeys(layouts, counted_step), run.programs, train_windows, 8, 0
+    )
     assert sorted(seconds) == ["compact", "full"] and all(s > 0 for s in seconds.values())
     batches = layout_choice.BATCHES
     assert [len(given[name]) for name in ("compact", "full")] == [batches, batches]  # laid out once each

@@ -16,27 +16,39 @@ import numpy as np
 
 from rank4jax.engine import sharding
 from rank4jax.engine.batches import batch_layout, candidate_layouts
+from rank4jax.engine.programs import CompiledStep
 
 BATCHES = 4  # distinct batches per candidate (compact and trimmed shapes vary with the batch)
 ROUNDS = 3  # timed passes over them, candidates interleaved; the median pass counts
 
 
 def choose_layout(config, family, model_cfg, programs, train_windows: np.ndarray, groups: int, saved: dict | None):
-    """(layout, figures): the run's batch layout and, when it was measured now, the median seconds
-    per step of each candidate (None when it was named, single, or kept from the checkpoints)."""
+    """(layout, figures, step): the run's batch layout; when it was measured now, the median seconds
+    per step of each candidate (None when it was named, single, or kept from the checkpoints); and
+    the layout's train step (``CompiledStep``: the run goes on with the executables timed here)."""
     candidates = candidate_layouts(config, family, model_cfg)
     kept = (saved or {}).get("batch_layout")
-    if config.batch_layout != "auto" or len(candidates) == 1:  # named, the rule, or no choice
-        return batch_layout(config, family, model_cfg, groups), None
-    if kept in candidates:  # a resumed run keeps what it chose
-        return batch_layout(config, family, model_cfg, groups, kept), None
+    if config.batch_layout != "auto" or len(candidates) == 1 or kept in candidates:
+        # named, the rule, no choice, or a resumed run keeping what it chose
+        name = kept if config.batch_layout == "auto" and kept in candidates else None
+        layout = batch_layout(config, family, model_cfg, groups, name)
+        return layout, None, train_step(programs, layout)
     layouts = {name: batch_layout(config, family, model_cfg, groups, name) for name in candidates}
-    seconds = time_layouts(layouts, programs, train_windows, config.batch_size, config.seed)
-    return layouts[min(seconds, key=seconds.get)], seconds
+    steps = {name: train_step(programs, layout) for name, layout in layouts.items()}
+    seconds = time_layouts(layouts, steps, programs, train_windows, config.batch_size, config.seed)
+    fastest = min(seconds, key=seconds.get)
+    steps[fastest].flops_done = 0.0  # the run's own steps count from here
+    return layouts[fastest], seconds, steps[fastest]
 
 
-def time_layouts(layouts: dict, programs, windows: np.ndarray, batch_size: int, seed: int) -> dict[str, float]:
-    """Median seconds per train step of each layout over ``BATCHES`` batches drawn from ``windows``."""
+def train_step(programs, layout) -> CompiledStep:
+    """The run's train step for ``layout``: compiled once per batch shape, at most as many as it makes."""
+    return CompiledStep(programs.train_step, max_shapes=layout.max_shapes, name=f"train step ({layout.name} batches)")
+
+
+def time_layouts(layouts: dict, steps: dict, programs, windows: np.ndarray, batch_size: int, seed: int) -> dict:
+    """Median seconds per train step (``steps[name]``) of each layout over ``BATCHES`` batches drawn
+    from ``windows``."""
     rng = np.random.default_rng(seed)
     picks = [rng.choice(len(windows), size=batch_size, replace=len(windows) < batch_size) for _ in range(BATCHES)]
     inputs = {
@@ -49,7 +61,7 @@ def time_layouts(layouts: dict, programs, windows: np.ndarray, batch_size: int, 
         for name, batches in inputs.items():
             start = time.perf_counter()
             for batch in batches:
-                state, metrics = programs.train_step(state, batch)
+                state, metrics = steps[name](state, batch)
             jax.block_until_ready(metrics)
             if round_:
                 passes[name].append((time.perf_counter() - start) / len(batches))

@@ -48,7 +48,7 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         patience = config.early_stop_patience
         early = EarlyStopping.resume(patience, run.ckpt.best_metric() if patience else None, start, config.eval_every)
         end = start if early.stopped else config.num_steps  # a run that stopped early trains no further
-        step_fn = CompiledStep(run.programs.train_step, max_shapes=run.layout.max_shapes)
+        step_fn = run.step_fn
         out = stack.enter_context(Output(run, start, step_fn))
         out.announce(early)
         profiler = Profiler(workdir, config.profile_steps, enabled=run.is_main, say=out.say)

@@ -21,7 +21,7 @@ from rank4jax.checkpoint.storage import CHECKPOINT_DIR, RunCheckpoints
 from rank4jax.engine import sharding
 from rank4jax.engine.batches import batch_layout
 from rank4jax.engine.data_setup import RunData, prepare_data, validation_windows
-from rank4jax.engine.programs import Programs, StepPolicy, build_programs, optim_key
+from rank4jax.engine.programs import CompiledStep, Programs, StepPolicy, build_programs, optim_key
 from rank4jax.engine.run_config import (
     FINGERPRINT_KEY,
     IDENTITY_SECTIONS,
@@ -56,6 +56,7 @@ class Run:
     n_params: int
     lock: WorkdirLock
     val_windows: object  # (W, T+1, N) numpy: the validation split's windows
+    step_fn: CompiledStep  # the train step for ``layout`` (compiled per batch shape, on first use)
 
     @property
     def tokenizer(self):
@@ -101,7 +102,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     sharding.check_state_fits(programs.abstract, programs.state_sharding, n_params)  # before allocating
     groups = mesh.shape[sharding.DATA_AXIS]  # a compact training batch: a group per device and microbatch
     train_windows = data.windows["train"].windows
-    layout, timings = choose_layout(config, family, model_cfg, programs, train_windows, groups * accum, saved)
+    layout, timings, step_fn = choose_layout(config, family, model_cfg, programs, train_windows, groups * accum, saved)
     if timings and jax.process_index() == 0:
         figures = ", ".join(f"{name} {1e3 * s:.1f}" for name, s in sorted(timings.items(), key=lambda kv: kv[1]))
         say(f"rank4jax: batch layout {layout.name}, the fastest measured (ms per train step: {figures})")
@@ -123,6 +124,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
         n_params,
         lock,
         val_windows,
+        step_fn,
     )
 
 
