@@ -199,7 +199,12 @@ def apply_mlp(params: dict, x: jax.Array) -> jax.Array:
 @jax.custom_jvp
 def gelu(x: jax.Array) -> jax.Array:
     """Exact (erf) GELU, x·Φ(x), with its derivative Φ(x) + x·φ(x) written out: autodiff of
-    ``jax.nn.gelu`` differentiates through erf's own expansion (more ops in the backward)."""
+    ``jax.nn.gelu`` differentiates through erf's own expansion, more ops and more saved residuals.
+    Measured on XLA:CPU (2026-12-03, issue 36; the train step with this against jax's derivative,
+    compiled apart and timed interleaved, medians of 7 × 10 steps): 2.6 % faster at the small and
+    medium bench sizes (small 98.7 against 101.4 ms, medium 274.8 against 282.0 on the peer's
+    windows; level on small Story Cloze batches) and 8–11 % less compiled memory (small 116.5
+    against 129.5 MiB, medium 323.9 against 349.9)."""
     return jax.nn.gelu(x, approximate=False)
 
 
