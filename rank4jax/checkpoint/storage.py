@@ -250,10 +250,11 @@ class RunCheckpoints:
         if not steps:
             raise CheckpointError(f"no checkpoints in {self.workdir}")
         if which in (None, "best"):
-            if self.manager.best_step() is None:  # only saves without a validation pass (preemption)
+            best = self.manager.best_step()
+            if best is None:  # only saves without a validation pass (preemption)
                 say(f"rank4jax: warning: no checkpoint in {self.workdir} carries a validation loss; "
                     f"'best' is the latest, step {steps[-1]}")  # fmt: skip
-            return self.best_step()
+            return steps[-1] if best is None else best
         if which == "latest":
             return steps[-1]
         try:
