@@ -489,23 +489,28 @@ def test_a_damaged_metrics_log_is_read_around_its_bad_lines(tmp_path, capsys):
 
 
 def test_the_products_own_xla_flags_train_the_same_run(tmp_path):
-    """Every other test compiles at the suite's XLA flags (tests/conftest.py); this one runs train.py
-    as a user does, with XLA's defaults (no XLA_FLAGS), beside the same command at the suite's flags:
-    both finish, and their logged losses agree to float32 rounding (the flags move results by an ulp)."""
+    """Every other test compiles at the suite's XLA flags (tests/conftest.py) and names its batch
+    layout; this one runs train.py as a user does, with XLA's defaults (no XLA_FLAGS) and the
+    product's measured layout choice (``batch_layout=auto``: every candidate timed through the guarded
+    step, the run going on with the chosen one's), beside the same command at the suite's flags and
+    the rule's layout: both finish, and their logged losses agree to float32 rounding (the flags move
+    results by an ulp; every layout computes the same losses)."""
     from tests import launcher
     from tests.test_faults import TINY_FLAGS
 
     steps = ("--config.num_steps=6", "--config.log_every=2", "--config.eval_every=2", "--config.checkpoint_every=2")
-    logged = {}
-    for name, flags in (("product", ""), ("suite", launcher.command_env()["XLA_FLAGS"])):
+    logged, chosen = {}, "--config.batch_layout=auto"  # after TINY_FLAGS' "rule": the last one counts
+    for name, flags, layout in (("product", "", (chosen,)), ("suite", launcher.command_env()["XLA_FLAGS"], ())):
         out = launcher.run(
             "train.py",
             f"--workdir={tmp_path / name}",
             *TINY_FLAGS,
             *steps,
+            *layout,
             env=launcher.command_env() | {"XLA_FLAGS": flags},
         )
         assert out.returncode == 0, out.stderr[-2000:]
         logged[name] = [r["loss"] for r in read_metrics(str(tmp_path / name))["train"]]
+        assert ("the fastest measured (ms per train step: " in out.stderr) == (name == "product")
     assert len(logged["product"]) == 3
     np.testing.assert_allclose(logged["product"], logged["suite"], rtol=1e-5)
