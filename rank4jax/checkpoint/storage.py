@@ -142,6 +142,8 @@ def _handlers() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
     restored whole by the standard handler; ``PyTreeRestore`` reads the same files through the PyTree
     handler, which can restore part of the tree (the parameters without the optimiser's moments)."""
     registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    # added first: a step's metadata names the handler registered last for an item, which must stay
+    # the standard one (as in every checkpoint written before; tests/test_faults.py holds it)
     registry.add("state", ocp.args.PyTreeRestore, ocp.PyTreeCheckpointHandler())
     pairs = {
         "state": ((ocp.args.StandardSave, ocp.args.StandardRestore), ocp.StandardCheckpointHandler()),

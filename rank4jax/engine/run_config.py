@@ -21,14 +21,12 @@ from rank4jax.models.sizes import check_dropout, check_positive_int
 
 # Sections whose change makes an existing workdir's checkpoints incompatible with the run.
 IDENTITY_SECTIONS = ("model_family", "model", "tokenizer", "data", "selection")
-# Keys added after workdirs were written without them: absent from a saved config, they read as this
-# default, the behaviour its run had (an older workdir resumes under the defaults; an identity key set
-# to another value is refused as for any other identity change).
 # The one source of the value a config has for a key it lacks: each key added to configs/default.py
 # after runs were saved without it, with the value that reproduces what those runs did (which can
-# differ from configs/default.py's value for new runs: trimming and layout timing came later).
-# ``complete`` (every run config, in ``validate``) and ``from_json_dict`` (every saved one) fill them,
-# so the code reads every key directly.
+# differ from configs/default.py's value for new runs: trimming and layout timing came later). An
+# older workdir resumes under them; an identity key set to another value is refused as any other
+# identity change. ``complete`` (every run config, in ``validate``) and ``from_json_dict`` (every
+# saved one) fill them, so the code reads every key directly.
 ADDED_DEFAULTS = {
     ("selection",): "window",
     ("model", "objective_slices"): "all",

@@ -37,7 +37,6 @@ def choose_layout(config, family, model_cfg, programs, train_windows: np.ndarray
     steps = {name: train_step(programs, layout) for name, layout in layouts.items()}
     seconds = time_layouts(layouts, steps, programs, train_windows, config.batch_size, config.seed)
     fastest = min(seconds, key=seconds.get)
-    steps[fastest].flops_done = 0.0  # the run's own steps count from here
     return layouts[fastest], seconds, steps[fastest]
 
 

@@ -21,7 +21,7 @@ import jax
 
 from rank4jax.data.pipeline import train_dataset
 from rank4jax.engine import sharding
-from rank4jax.engine.programs import CompiledStep, describe_memory
+from rank4jax.engine.programs import describe_memory
 from rank4jax.engine.run_config import validate
 from rank4jax.training.actions import PeriodicActions
 from rank4jax.training.early_stopping import EarlyStopping
@@ -48,23 +48,22 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         patience = config.early_stop_patience
         early = EarlyStopping.resume(patience, run.ckpt.best_metric() if patience else None, start, config.eval_every)
         end = start if early.stopped else config.num_steps  # a run that stopped early trains no further
-        step_fn = run.step_fn
-        out = stack.enter_context(Output(run, start, step_fn))
+        out = stack.enter_context(Output(run, start))
         out.announce(early)
         profiler = Profiler(workdir, config.profile_steps, enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
-        first = _compile_on_first_batch(run, state, batches, step_fn, out) if start < end else None
+        first = _compile_on_first_batch(run, state, batches, out) if start < end else None
         stop.training()
         actions = PeriodicActions(run, out, early, stop)
         actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
-        state = _loop(run, state, first, batches, step_fn, actions, hooks, out, profiler, (start, end))
+        state = _loop(run, state, first, batches, actions, hooks, out, profiler, (start, end))
         run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
         stop.finishing()
         if jax.process_count() > 1:  # every process holds the same replicated parameters
             digest = sharding.check_replicas_agree(state.params)
             print(f"rank4jax: process {jax.process_index()} of {jax.process_count()}: parameters {digest}")
         final_step = int(jax.device_get(state.step))
-        summary = write_summary(run, actions, step_fn, start, final_step, time.time() - started)
+        summary = write_summary(run, actions, start, final_step, time.time() - started)
     if actions.interrupted and run.is_main:
         print(
             f"rank4jax: {actions.interrupted} at step {final_step}: checkpoint saved; rerun the same command to resume"
@@ -83,21 +82,21 @@ def _train_dataset(run: Run):
     )
 
 
-def _compile_on_first_batch(run: Run, state, batches, step_fn: CompiledStep, out: Output):
+def _compile_on_first_batch(run: Run, state, batches, out: Output):
     """The first batch on the devices, with the train step compiled for it ahead of time."""
     batch = sharding.put_batch(next(batches), run.programs.batch_sharding)
-    step_fn.compile(state, batch)
-    out.say(f"rank4jax: compiled train step ({run.layout.name} batches): {describe_memory(step_fn.peak_memory())}")
+    run.step_fn.compile(state, batch)
+    out.say(f"rank4jax: compiled train step ({run.layout.name} batches): {describe_memory(run.step_fn.peak_memory())}")
     return batch
 
 
-def _loop(run: Run, state, first, batches, step_fn, actions, hooks, out: Output, profiler: Profiler, steps: tuple):
+def _loop(run: Run, state, first, batches, actions, hooks, out: Output, profiler: Profiler, steps: tuple):
     """Steps ``start + 1 .. end`` of ``steps``, each followed by the hooks and the periodic actions."""
     start, end = steps
     for step in range(start + 1, end + 1):
         with profiler.step(step):
             batch = first if step == start + 1 else sharding.put_batch(next(batches), run.programs.batch_sharding)
-            state, metrics = step_fn(state, batch)
+            state, metrics = run.step_fn(state, batch)
         profiler.step_done(step, metrics)
         out.step_done(metrics)
         for hook in hooks:

@@ -29,9 +29,10 @@ from rank4jax.training.utilization import bf16_peak_flops, utilization
 
 
 class Output:
-    def __init__(self, run, start: int, step_fn):
-        self.run, self.start, self.step_fn = run, start, step_fn
-        self.flops_logged = 0.0  # step_fn.flops_done at the last train record
+    def __init__(self, run, start: int):
+        self.run, self.start = run, start
+        # run.step_fn.flops_done at the last train record (from here: not the layout choice's timed steps)
+        self.flops_logged = run.step_fn.flops_done
         if start and run.is_main:
             rewind_metrics(run.workdir, start)  # each step once, however the last run ended
         if run.is_main:  # the resolved config of this start (overrides, layout, data fingerprint)
@@ -86,7 +87,7 @@ class Output:
         record = _train_record(self.pending, step, self.since, self.run.config.batch_size, self.start)
         record |= utilization(record["windows_per_s"], *self.flops)
         # what the compiled steps really computed (PAD positions skipped)
-        done, self.flops_logged = self.step_fn.flops_done - self.flops_logged, self.step_fn.flops_done
+        done, self.flops_logged = self.run.step_fn.flops_done - self.flops_logged, self.run.step_fn.flops_done
         record["xla_flops_per_s"] = done / record["interval_s"]
         self.writer.write(record)
         shown = {"loss": f"{record['loss']:.3f}", "lr": f"{record['learning_rate']:.2g}"}
@@ -155,7 +156,7 @@ def _training_time(run) -> dict:
     }
 
 
-def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: float) -> dict:
+def write_summary(run, actions, start: int, final_step: int, elapsed: float) -> dict:
     """``train_summary.json`` (merged with the previous run's when this one resumed) and, unless
     ``config.plots`` is off, the curves."""
     summary_path = os.path.join(run.workdir, SUMMARY_FILE)
@@ -178,7 +179,7 @@ def write_summary(run, actions, step_fn, start: int, final_step: int, elapsed: f
         **_training_time(run),  # from the logged intervals: kept however an earlier process ended
         "final_validation": actions.last_val if ran else previous.get("final_validation"),
         "batch_layout": run.layout.name,  # what the train step consumed: full, trimmed or compact batches
-        "compiled_train_step": step_fn.peak_memory() if ran else previous.get("compiled_train_step"),
+        "compiled_train_step": run.step_fn.peak_memory() if ran else previous.get("compiled_train_step"),
         "data": run.data.summary(),
     }
     if run.is_main:
