@@ -252,11 +252,10 @@ class RunCheckpoints:
         if not steps:
             raise CheckpointError(f"no checkpoints in {self.workdir}")
         if which in (None, "best"):
-            best = self.manager.best_step()
-            if best is None:  # only saves without a validation pass (preemption)
+            if self.manager.best_step() is None:  # only saves without a validation pass (preemption)
                 say(f"rank4jax: warning: no checkpoint in {self.workdir} carries a validation loss; "
                     f"'best' is the latest, step {steps[-1]}")  # fmt: skip
-            return steps[-1] if best is None else best
+            return self.best_step()  # the one place the fallback to the latest is decided
         if which == "latest":
             return steps[-1]
         try:
