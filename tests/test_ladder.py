@@ -32,6 +32,15 @@ def test_linear_fit_and_crossing_by_hand():
         "d16/rank4": {"width": 16, "family": "rank4", "params": 10**6, "ls": 4.0},
         "d16/baseline": {"width": 16, "family": "baseline", "params": 10**6, "ls": 3.9},
     }
+    for width, ls in ((8, 4.0), (16, 3.0)):  # teacher-forced LS(T)
+        rows[f"d{width}/baseline_lm"] = {
+            "width": width,
+            "family": "baseline_lm",
+            "params": 10 ** (width // 8 + 4),
+            "ls": ls,
+        }
+    assert set(lad.delta_trend(rows)) == {"baseline"}  # no Δ between a teacher-forced LS(T) and a free-running one
+    assert set(lad._rung_tests({"rank4": rows["d8/rank4"], "baseline_lm": rows["d8/baseline_lm"]})) == set()
     trend = lad.delta_trend(rows)["baseline"]
     assert trend["b"] == pytest.approx(0.1, abs=1e-12) and trend["crossing_params"] == pytest.approx(1e7, rel=1e-9)
     rows["d16/baseline"]["ls"] = 3.7  # Δ -0.2 → -0.3: away from zero

@@ -49,6 +49,7 @@ FAMILIES = {  # name → (model family, what it is)
     "baseline": ("baseline", "1-D baseline, free-running, parameter-matched"),
     "baseline_lm": ("baseline_lm", "teacher-forced causal LM on every token, parameter-matched (reference)"),
 }
+TEACHER_FORCED = frozenset({"baseline_lm"})  # LS(T) after the gold S(T) tokens: no Δ against the free-running ones
 RATES = (3e-4, 1e-3, 3e-3)
 WIDTHS = (64, 128, 256)
 MATCHED_HEADS = 2  # the baselines' heads at every rung (their width must divide by it)
@@ -318,7 +319,8 @@ def _rung_tests(by_family: dict) -> dict:
     for family, row in by_family.items():
         if family == "rank4":
             continue
-        out[f"delta_{family}"] = row["ls"] - rank4["ls"]
+        if family not in TEACHER_FORCED:
+            out[f"delta_{family}"] = row["ls"] - rank4["ls"]
         for key, (rule, _) in CLOZE_RULES.items():
             a, b = (rank4.get("cloze_correct") or {}).get(rule), (row.get("cloze_correct") or {}).get(rule)
             if a is not None and b is not None:
@@ -340,12 +342,12 @@ def linear_fit(x, y) -> dict:
 
 
 def delta_trend(rows: dict) -> dict:
-    """For each family against the rank-4 model: Δ = its LS(T) − rank-4's at each rung, fitted against
+    """For each free-running family against the rank-4 model: Δ = its LS(T) − rank-4's at each rung, fitted against
     log10 of the rank-4 parameter count, and the parameter count at which the fit reaches Δ = 0
     (``crossing_params``, only when the fit moves Δ towards zero as size grows; else None)."""
     rank4 = {r["width"]: r for r in rows.values() if r["family"] == "rank4"}
     trends = {}
-    for family in sorted({r["family"] for r in rows.values()} - {"rank4"}):
+    for family in sorted({r["family"] for r in rows.values()} - {"rank4"} - TEACHER_FORCED):
         points = sorted(
             (math.log10(rank4[r["width"]]["params"]), r["ls"] - rank4[r["width"]]["ls"])
             for r in rows.values()
@@ -377,7 +379,8 @@ def report_markdown(result: dict) -> str:
     """The ladder's table (one row per run), the McNemar tests per rung, and the trend of Δ."""
     lines = [
         f"LS(T) on the {result['split']} split; Δ = the family's LS(T) − the rank-4 model's at the same rung "
-        "(> 0: the rank-4 model is lower). Story Cloze accuracies with 95 % Wilson intervals"
+        "(> 0: the rank-4 model is lower); (tf): teacher-forced, each S(T) token after the gold ones before it, "
+        "so no Δ. Story Cloze accuracies with 95 % Wilson intervals"
         + (f" on every story of {result['cloze_data']}" if result.get("cloze_data") else "")
         + "; training time: the logged training intervals to the selected checkpoint.",
         "",
@@ -389,7 +392,8 @@ def report_markdown(result: dict) -> str:
         delta = result["rungs"][row["width"]].get(f"delta_{row['family']}")
         gain = row["context_gain"]
         lines.append(
-            f"| {row['width']} | {row['family']} | {row['params']:,} | {row['learning_rate']:g} | {row['ls']:.4f} | "
+            f"| {row['width']} | {row['family']} | {row['params']:,} | {row['learning_rate']:g} | {row['ls']:.4f}"
+            f"{' (tf)' if row['family'] in TEACHER_FORCED else ''} | "
             f"{'—' if delta is None else f'{delta:+.4f}'} | {row['best_step']} / {row['stopped_step']} | "
             f"{_seconds(row['training_time_to_best_s'])} | {'—' if gain is None else f'{gain:.3f}'} | "
             + " | ".join(_accuracy(row, key) for key in CLOZE_RULES)
@@ -401,7 +405,7 @@ def report_markdown(result: dict) -> str:
         + " |"
         for width, tests in sorted(result["rungs"].items())
         for family in FAMILIES
-        if f"delta_{family}" in tests
+        if any(f"{key}_mcnemar_p_{family}" in tests for key in CLOZE_RULES)
     ]
     if tests:
         lines += ["", "McNemar's exact p against the rank-4 model at the same rung:", ""]
@@ -431,10 +435,10 @@ def plot_ladder(result: dict, out_path: str) -> None:
         rows = sorted((r for r in result["rows"].values() if r["family"] == family), key=lambda r: r["params"])
         if not rows:
             continue
-        params = [r["params"] for r in rows]
-        axes[0].plot(params, [r["ls"] for r in rows], "o-", label=family)
-        axes[1].plot([r["training_time_to_best_s"] or 0 for r in rows], [r["ls"] for r in rows], "o-", label=family)
-        axes[2].plot(params, [r["context_gain"] or 0 for r in rows], "o-", label=family)
+        params, label = [r["params"] for r in rows], family + (" (teacher-forced)" if family in TEACHER_FORCED else "")
+        axes[0].plot(params, [r["ls"] for r in rows], "o-", label=label)
+        axes[1].plot([r["training_time_to_best_s"] or 0 for r in rows], [r["ls"] for r in rows], "o-", label=label)
+        axes[2].plot(params, [r["context_gain"] or 0 for r in rows], "o-", label=label)
     titles = ("LS(T) against parameters", "LS(T) against training time to the selected step", "context gain")
     xlabels = ("parameters", "seconds", "parameters")
     ylabels = ("LS(T) (nats)", "LS(T) (nats)", "nats per S(T) token")
