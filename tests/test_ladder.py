@@ -47,6 +47,29 @@ def test_linear_fit_and_crossing_by_hand():
     assert lad.delta_trend(rows)["baseline"]["crossing_params"] is None
 
 
+def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcomes():
+    outcomes = {"rank4": [1, 0, 0, 1], "baseline": [1, 1, 0, 1], "baseline_lm": [1, 1, 1, 1]}
+    rows = {
+        f"d8/{family}": {
+            "width": 8, "family": family, "params": 100, "learning_rate": 1e-3, "ls": ls, "context_gain": 0.5,
+            "best_step": 2, "stopped_step": 4, "training_time_to_best_s": 10.0,
+            "cloze_accuracy": sum(outcomes[family]) / 4, "cloze_correct": {"mean_ce": outcomes[family]},
+        }
+        for family, ls in (("rank4", 5.0), ("baseline", 5.25), ("baseline_lm", 4.0))
+    }  # fmt: skip
+    by_family = {r["family"]: r for r in rows.values()}
+    rungs = {8: lad._rung_tests(by_family)}
+    assert rungs[8] == {
+        "delta_baseline": 0.25,
+        "cloze_accuracy_mcnemar_p_baseline": 1.0,  # one discordant story
+        "cloze_accuracy_mcnemar_p_baseline_lm": 0.5,  # two, both the LM's: 2 · 0.5²
+    }
+    table = lad.report_markdown({"split": "test", "rows": rows, "rungs": rungs, "trend": lad.delta_trend(rows)})
+    assert "| 8 | baseline_lm | 100 | 0.001 | 4.0000 (tf) | — | 2 / 4 |" in table
+    assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 |" in table
+    assert "| 8 | baseline_lm | 0.5 | nan | nan |" in table.split("McNemar")[1]  # its tests are reported
+
+
 @pytest.fixture(scope="module")
 def tiny_ladder(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("ladder"))

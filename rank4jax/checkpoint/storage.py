@@ -215,11 +215,18 @@ class RunCheckpoints:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def best_step(self) -> int | None:
+    def best_step(self, *, say_fallback: bool = False) -> int | None:
         """The step with the lowest validation selection loss by the manager's own ``best_fn``
-        bookkeeping (the latest if no checkpoint carries a metric, e.g. only preemption saves)."""
+        bookkeeping (the latest if no checkpoint carries a metric, e.g. only preemption saves;
+        ``say_fallback``: warn when that is so)."""
         best = self.manager.best_step()
-        return self.latest_step() if best is None else best
+        if best is not None:
+            return best
+        latest = self.latest_step()
+        if say_fallback and latest is not None:
+            say(f"rank4jax: warning: no checkpoint in {self.workdir} carries a validation loss; "
+                f"'best' is the latest, step {latest}")  # fmt: skip
+        return latest
 
     def metric(self, step: int) -> float | None:
         """The validation selection loss a checkpoint carries (None: saved without one, or unreadable)."""
@@ -252,10 +259,7 @@ class RunCheckpoints:
         if not steps:
             raise CheckpointError(f"no checkpoints in {self.workdir}")
         if which in (None, "best"):
-            if self.manager.best_step() is None:  # only saves without a validation pass (preemption)
-                say(f"rank4jax: warning: no checkpoint in {self.workdir} carries a validation loss; "
-                    f"'best' is the latest, step {steps[-1]}")  # fmt: skip
-            return self.best_step()  # the one place the fallback to the latest is decided
+            return self.best_step(say_fallback=True)
         if which == "latest":
             return steps[-1]
         try:

@@ -319,13 +319,19 @@ def _rung_tests(by_family: dict) -> dict:
     for family, row in by_family.items():
         if family == "rank4":
             continue
-        if family not in TEACHER_FORCED:
-            out[f"delta_{family}"] = row["ls"] - rank4["ls"]
+        if (gap := delta(row, rank4)) is not None:
+            out[f"delta_{family}"] = gap
         for key, (rule, _) in CLOZE_RULES.items():
             a, b = (rank4.get("cloze_correct") or {}).get(rule), (row.get("cloze_correct") or {}).get(rule)
             if a is not None and b is not None:
                 out[f"{key}_mcnemar_p_{family}"] = mcnemar_exact(a, b)["p_value"]
     return out
+
+
+def delta(row: dict, rank4: dict) -> float | None:
+    """Δ = a run's LS(T) − the rank-4 model's at the same rung; None for a teacher-forced LS(T) (each S(T)
+    token after the gold ones before it), which is no comparison with a free-running one."""
+    return None if row["family"] in TEACHER_FORCED else row["ls"] - rank4["ls"]
 
 
 def linear_fit(x, y) -> dict:
@@ -347,13 +353,13 @@ def delta_trend(rows: dict) -> dict:
     (``crossing_params``, only when the fit moves Δ towards zero as size grows; else None)."""
     rank4 = {r["width"]: r for r in rows.values() if r["family"] == "rank4"}
     trends = {}
-    for family in sorted({r["family"] for r in rows.values()} - {"rank4"} - TEACHER_FORCED):
+    for family in sorted({r["family"] for r in rows.values()} - {"rank4"}):
         points = sorted(
-            (math.log10(rank4[r["width"]]["params"]), r["ls"] - rank4[r["width"]]["ls"])
+            (math.log10(rank4[r["width"]]["params"]), delta(r, rank4[r["width"]]))
             for r in rows.values()
             if r["family"] == family and r["width"] in rank4
         )
-        if len(points) < 2:
+        if len(points) < 2 or any(gap is None for _, gap in points):
             continue
         x, y = zip(*points, strict=True)
         fit = linear_fit(x, y)
