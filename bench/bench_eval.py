@@ -33,15 +33,18 @@ from rank4jax.evaluation.report import evaluate_run
 from rank4jax.runs import restore_run
 
 
-def main():
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--split", default="validation")
     ap.add_argument("--step", default="best")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rollout_steps", type=int, default=3)
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main():
+    args = parse_args()
     mesh = sharding.make_mesh(1, 1)
 
     def place(run):

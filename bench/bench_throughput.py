@@ -204,20 +204,7 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
     computed = cast_to_compute(params, jnp.dtype(dtype).name)  # the eval step in the run's compute dtype
     evals = {name: compiled_eval_step(cfg, computed, layouts[name]) for name in ("trimmed", "compact")}
     peer = args.torch and dtype == jnp.float32
-    if peer:
-        ref = torch_loss(args.torch, cfg, params, windows)
-        gaps = {n: abs(float(RANK4.loss_sums(params, r["batch"], cfg)["objective"]) - ref) for n, r in runs.items()}
-        print(
-            f"{tag:<36} same windows and parameters, eval mode: torch loss {ref:.6f}; |rank4jax - torch| = "
-            + ", ".join(f"{gap:.2e} ({name})" for name, gap in gaps.items())
-        )
-    windows_file = forward_file = None
-    if peer:  # the peer's forward always runs on the saved windows; its step on its own synthetic ones
-        forward_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
-        np.save(forward_file, windows)
-        if kind != "synthetic" or args.torch_device != "cpu":
-            windows_file = forward_file
-
+    windows_file, forward_file = torch_peer_files(tag, cfg, params, windows, runs, kind, args) if peer else (None, None)
     timers = {name: step_timer(run, args.steps) for name, run in runs.items()}
     times = {name: [] for name in runs}
     torch_rates, torch_forward_rates, eval_times = [], [], {name: [] for name in evals}
@@ -243,6 +230,20 @@ def bench_size(size: str, spec: dict, dtype, args, peak: float, kind: str) -> No
             f"{tag} eval {layout_label(name, layouts[name], cfg)}", batch, positions, eval_s[name], fwd, peak, *figures
         )
     print_ratios(tag, batch, times, eval_s, torch_rates, torch_forward_rates)
+
+
+def torch_peer_files(tag: str, cfg, params: dict, windows: np.ndarray, runs: dict, kind: str, args) -> tuple:
+    """Checks the peer's loss against each layout's on the same windows and parameters, and saves the
+    windows for it: (its step's windows file, or None for its own synthetic ones; its forward's file)."""
+    ref = torch_loss(args.torch, cfg, params, windows)
+    gaps = {n: abs(float(RANK4.loss_sums(params, r["batch"], cfg)["objective"]) - ref) for n, r in runs.items()}
+    print(
+        f"{tag:<36} same windows and parameters, eval mode: torch loss {ref:.6f}; |rank4jax - torch| = "
+        + ", ".join(f"{gap:.2e} ({name})" for name, gap in gaps.items())
+    )
+    forward_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
+    np.save(forward_file, windows)  # the peer's forward always runs on the saved windows
+    return (forward_file if kind != "synthetic" or args.torch_device != "cpu" else None), forward_file
 
 
 def print_ratios(tag: str, batch: int, times: dict, eval_s: dict, torch_rates: list, forward_rates: list) -> None:
