@@ -16,60 +16,82 @@ def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.model_family = "rank4"
     c.seed = 0
+    c.data, c.tokenizer, c.model, c.optim, c.mesh = data(), tokenizer(), model(), optim(), mesh()
+    loop(c)
+    return c
 
-    c.data = ml_collections.ConfigDict()
-    c.data.source = "builtin"  # "builtin" (procedural corpus) or "file" (data.path)
-    c.data.path = ""  # one file, or several separated by commas
-    c.data.format = "auto"  # auto | rocstories | storycloze | text
-    c.data.builtin_stories = 8000
-    c.data.builtin_seed = 0
-    c.data.split = (0.8, 0.1, 0.1)  # train / validation / test by a stable hash of the story id
-    c.data.split_salt = ""
 
-    c.tokenizer = ml_collections.ConfigDict()
-    c.tokenizer.kind = "word"  # word | sentencepiece
-    c.tokenizer.build_on = "train"  # train (split) | all (the paper's choice: the whole pool)
-    c.tokenizer.min_count = 1  # word
-    c.tokenizer.lowercase = False  # word
-    c.tokenizer.vocab_size = 8000  # sentencepiece (upper bound)
-    c.tokenizer.model_type = "unigram"  # sentencepiece: unigram | bpe | word | char
+def data() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.source = "builtin"  # "builtin" (procedural corpus) or "file" (data.path)
+    c.path = ""  # one file, or several separated by commas
+    c.format = "auto"  # auto | rocstories | storycloze | text
+    c.builtin_stories = 8000
+    c.builtin_seed = 0
+    c.split = (0.8, 0.1, 0.1)  # train / validation / test by a stable hash of the story id
+    c.split_salt = ""
+    return c
 
-    c.model = ml_collections.ConfigDict()  # the rank-4 family's section (other families: their configs)
-    c.model.n_tokens = 12  # N
-    c.model.n_slices = 4  # T
-    c.model.dx = 8
-    c.model.dt = 4
-    c.model.n_heads = 2
-    c.model.n_layers = 2
-    c.model.dropout = 0.1
-    c.model.attention = "autodiff"
+
+def tokenizer() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.kind = "word"  # word | sentencepiece
+    c.build_on = "train"  # train (split) | all (the paper's choice: the whole pool)
+    c.min_count = 1  # word
+    c.lowercase = False  # word
+    c.vocab_size = 8000  # sentencepiece (upper bound)
+    c.model_type = "unigram"  # sentencepiece: unigram | bpe | word | char
+    return c
+
+
+def model() -> ml_collections.ConfigDict:
+    """The rank-4 family's section (other families: their configs)."""
+    c = ml_collections.ConfigDict()
+    c.n_tokens = 12  # N
+    c.n_slices = 4  # T
+    c.dx = 8
+    c.dt = 4
+    c.n_heads = 2
+    c.n_layers = 2
+    c.dropout = 0.1
+    c.attention = "autodiff"
     # The slices the training loss averages over: "all", S(1..T) (the paper's), or "last", S(T) only (an
     # extra: with no temporal mask the targets S(1..T-1) are visible input sentences). Part of the identity.
-    c.model.objective_slices = "all"
-    c.model.zpx = ml_collections.ConfigDict()  # ZPX geometric attention scores (seed 001)
-    c.model.zpx.score = "standard"  # standard | zpx_angle | zpx_angle_sphere
-    c.model.zpx.channels = 8  # C phase channels
-    c.model.zpx.lambda_angle = 1.0  # λθ
-    c.model.zpx.lambda_sphere = 1.0  # λS
-    c.model.zpx.center_weight = 0.0  # centre-cancellation regulariser weight (ZPX scores only)
+    c.objective_slices = "all"
+    c.zpx = ml_collections.ConfigDict()  # ZPX geometric attention scores (seed 001)
+    c.zpx.score = "standard"  # standard | zpx_angle | zpx_angle_sphere
+    c.zpx.channels = 8  # C phase channels
+    c.zpx.lambda_angle = 1.0  # λθ
+    c.zpx.lambda_sphere = 1.0  # λS
+    c.zpx.center_weight = 0.0  # centre-cancellation regulariser weight (ZPX scores only)
+    return c
 
-    c.optim = ml_collections.ConfigDict()
-    c.optim.learning_rate = 3e-3
-    c.optim.weight_decay = 0.01
-    c.optim.b1 = 0.9
-    c.optim.b2 = 0.999
-    c.optim.eps = 1e-8
-    c.optim.warmup_steps = 50
+
+def optim() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.learning_rate = 3e-3
+    c.weight_decay = 0.01
+    c.b1 = 0.9
+    c.b2 = 0.999
+    c.eps = 1e-8
+    c.warmup_steps = 50
     # After the warmup: "constant" (the paper's), or a "cosine" / "linear" decay to end_lr_factor × the
     # rate at num_steps (optax's schedules); changeable on resume like every optim setting.
-    c.optim.schedule = "constant"
-    c.optim.end_lr_factor = 0.0
-    c.optim.grad_clip_norm = 0.0  # 0 = off
+    c.schedule = "constant"
+    c.end_lr_factor = 0.0
+    c.grad_clip_norm = 0.0  # 0 = off
+    return c
 
-    c.mesh = ml_collections.ConfigDict()
-    c.mesh.data = -1  # devices along the batch axis (-1: all devices not used by mesh.model)
-    c.mesh.model = 1  # devices along the head / MLP-width axis
 
+def mesh() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.data = -1  # devices along the batch axis (-1: all devices not used by mesh.model)
+    c.model = 1  # devices along the head / MLP-width axis
+    return c
+
+
+def loop(c: ml_collections.ConfigDict) -> None:
+    """The top-level keys of batching, the step loop, evaluation and checkpoints."""
     c.batch_size = 32
     # Each train step's batch as this many microbatches of batch_size / grad_accum_steps windows,
     # their gradients added in a lax.scan: the same update, one microbatch's activations alive.
@@ -109,4 +131,3 @@ def get_config() -> ml_collections.ConfigDict:
     c.selection = "window"
     c.progress_bar = True
     c.plots = True  # draw plots/curves.png at the end of each run (matplotlib; ``python -m rank4jax.training.metrics``)
-    return c
