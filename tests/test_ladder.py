@@ -11,7 +11,7 @@ from rank4jax.engine.data_setup import prepare_data
 from rank4jax.errors import ConfigError
 from rank4jax.experiments import ladder as lad
 from rank4jax.models.family import run_param_count
-from rank4jax.training.metrics import read_metrics
+from rank4jax.training.metrics import read_metrics, steady_ms_per_step
 
 
 def test_fiber_widths_and_refusals():
@@ -52,7 +52,7 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
     rows = {
         f"d8/{family}": {
             "width": 8, "family": family, "params": 100, "learning_rate": 1e-3, "ls": ls, "context_gain": 0.5,
-            "best_step": 2, "stopped_step": 4, "training_time_to_best_s": 10.0,
+            "best_step": 2, "stopped_step": 4, "training_time_to_best_s": 10.0, "ms_per_step": 12.5,
             "cloze_accuracy": sum(outcomes[family]) / 4, "cloze_correct": {"mean_ce": outcomes[family]},
         }
         for family, ls in (("rank4", 5.0), ("baseline", 5.25), ("baseline_lm", 4.0))
@@ -66,7 +66,7 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
     }
     table = lad.report_markdown({"split": "test", "rows": rows, "rungs": rungs, "trend": lad.delta_trend(rows)})
     assert "| 8 | baseline_lm | 100 | 0.001 | 4.0000 (tf) | — | 2 / 4 |" in table
-    assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 |" in table
+    assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 | 10 | 12.5 | 0.500 |" in table
     assert "| 8 | baseline_lm | 0.5 | nan | nan |" in table.split("McNemar")[1]  # its tests are reported
 
 
@@ -106,6 +106,7 @@ def test_ladder_picks_each_rate_matches_sizes_and_reports(tiny_ladder):
             assert abs(run_param_count(config, vocab) - rank4["params"]) >= abs(baseline["params"] - rank4["params"])
         report = json.load(open(os.path.join(workdir, f"d{width}/rank4/eval/test_step{rank4['best_step']}.json")))
         assert rank4["ls"] == report["last_slice_ce"]
+        assert rank4["ms_per_step"] == steady_ms_per_step(os.path.join(workdir, f"d{width}/rank4"), base.batch_size)
         assert result["rungs"][width]["delta_baseline"] == baseline["ls"] - rank4["ls"]
     trend = result["trend"]["baseline"]
     (x0, x1), (d0, d1) = trend["log10_params"], trend["delta"]

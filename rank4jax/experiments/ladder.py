@@ -296,6 +296,7 @@ def summarise(runs: dict, split: str) -> dict:
             "early_stopped": run.summary["early_stopped"],
             "training_time_s": run.summary["training_time_s"],
             "training_time_to_best_s": run.summary["training_time_to_best_s"],
+            "ms_per_step": run.ms_per_step,  # the median interval: what a few contended intervals do not move
             **{key: cloze.get(key) for key in ("cloze_stories", *CLOZE_RULES)},
             "cloze_correct": cloze.get("cloze_correct"),
         }
@@ -388,11 +389,12 @@ def report_markdown(result: dict) -> str:
         "(> 0: the rank-4 model is lower); (tf): teacher-forced, each S(T) token after the gold ones before it, "
         "so no Δ. Story Cloze accuracies with 95 % Wilson intervals"
         + (f" on every story of {result['cloze_data']}" if result.get("cloze_data") else "")
-        + "; training time: the logged training intervals to the selected checkpoint.",
+        + "; training time: the logged training intervals to the selected checkpoint; ms/step: the median of"
+        " those intervals, which a few slowed by other work on the machine do not move.",
         "",
-        "| D | family | params | lr | LS(T) | Δ | best step / stopped | time to best (s) | context gain "
+        "| D | family | params | lr | LS(T) | Δ | best step / stopped | time to best (s) | ms/step | context gain "
         "| Cloze mean CE | Cloze PMI | Cloze ending only |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in sorted(result["rows"].values(), key=lambda r: (r["width"], list(FAMILIES).index(r["family"]))):
         delta = result["rungs"][row["width"]].get(f"delta_{row['family']}")
@@ -401,7 +403,8 @@ def report_markdown(result: dict) -> str:
             f"| {row['width']} | {row['family']} | {row['params']:,} | {row['learning_rate']:g} | {row['ls']:.4f}"
             f"{' (tf)' if row['family'] in TEACHER_FORCED else ''} | "
             f"{'—' if delta is None else f'{delta:+.4f}'} | {row['best_step']} / {row['stopped_step']} | "
-            f"{_seconds(row['training_time_to_best_s'])} | {'—' if gain is None else f'{gain:.3f}'} | "
+            f"{_seconds(row['training_time_to_best_s'])} | {row['ms_per_step']:.1f} | "
+            f"{'—' if gain is None else f'{gain:.3f}'} | "
             + " | ".join(_accuracy(row, key) for key in CLOZE_RULES)
             + " |"
         )
