@@ -116,6 +116,18 @@ def test_ladder_picks_each_rate_matches_sizes_and_reports(tiny_ladder):
     assert "| 16 | baseline |" in result["table"] and os.path.isfile(os.path.join(workdir, "plots", "ladder.png"))
 
 
+def test_a_rate_other_than_the_one_a_run_was_trained_at_is_refused_and_changes_nothing(tiny_ladder):
+    workdir, base, plan, _ = tiny_ladder
+    config_file = os.path.join(workdir, "d8/baseline/config.json")
+    before = open(config_file).read()
+    message = r"^d8/baseline in .* was trained at learning rate 0\.003, but this ladder gives it 0\.01 "
+    with pytest.raises(ConfigError, match=message):
+        lad.ladder(base, workdir, plan, given={"baseline": 1e-2}, evaluate=lad.evaluator("test"))
+    with pytest.raises(ConfigError, match=message):
+        lad.status(base, workdir, plan, given={"baseline": 1e-2})
+    assert open(config_file).read() == before
+
+
 def test_status_reads_every_run_from_its_logs(tiny_ladder):
     workdir, base, plan, result = tiny_ladder
     table = lad.status(base, workdir, plan, given={"baseline": 3e-3})

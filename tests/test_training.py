@@ -457,6 +457,14 @@ def test_each_run_writes_its_resolved_config_beside_its_summary(tiny_run):
         assert json.load(f) == saved  # overrides, the measured batch layout and the data fingerprint included
 
 
+def test_a_finished_run_rerun_with_another_rate_keeps_the_config_it_was_trained_with(tiny_run_copy):
+    workdir = str(tiny_run_copy)
+    before = open(os.path.join(workdir, "config.json")).read()
+    config = tiny_config(plots=True, **{"optim.learning_rate": 0.5})  # tiny_run's config but for the rate
+    assert train(config, workdir)["step"] == config.num_steps  # nothing trained
+    assert open(os.path.join(workdir, "config.json")).read() == before
+
+
 def test_an_event_file_that_cannot_be_written_is_one_warning_and_the_log_goes_on(tmp_path, monkeypatch, capsys):
     from rank4jax.training.metrics import EventFile, MetricsWriter
 

@@ -41,7 +41,7 @@ from rank4jax.experiments.compare import CLOZE_RULES
 from rank4jax.experiments.runner import run_all, train_stage, write_outputs
 from rank4jax.models.family import SELECTIONS, run_param_count
 from rank4jax.models.sizes import closest
-from rank4jax.training.metrics import SUMMARY_FILE, read_metrics, training_seconds
+from rank4jax.training.metrics import CONFIG_FILE, SUMMARY_FILE, read_json, read_metrics, training_seconds
 
 FAMILIES = {  # name → (model family, what it is)
     "rank4": ("rank4", "rank-4, the paper's objective and selection"),
@@ -199,9 +199,25 @@ def plan_runs(base, workdir: str, plan: LadderPlan, given: dict, vocab_size: int
         run_dir = os.path.join(workdir, name)
         finished = _finished_step(run_dir) == config.num_steps
         losses[name] = best_selection_loss(run_dir, config) if finished else None
-    if any(loss is None for loss in losses.values()):
-        return sweep, None
-    return sweep, rung_configs(base, plan, vocab_size, pick_rates(sweep, losses, plan, given))
+    rungs = None
+    if all(loss is not None for loss in losses.values()):
+        rungs = rung_configs(base, plan, vocab_size, pick_rates(sweep, losses, plan, given))
+    check_trained_rates(workdir, {**sweep, **(rungs or {})})
+    return sweep, rungs
+
+
+def check_trained_rates(workdir: str, runs: dict) -> None:
+    """Refuses a plan that gives a run another learning rate than the one it was trained at: a rung's
+    name does not carry its rate, so the run would be reported at a rate it never trained with."""
+    for name, config in runs.items():
+        saved = read_json(os.path.join(workdir, name, CONFIG_FILE), "the run's config") or {}
+        trained = saved.get("optim", {}).get("learning_rate")
+        if trained is not None and trained != config.optim.learning_rate:
+            raise ConfigError(
+                f"{name} in {workdir} was trained at learning rate {trained:g}, but this ladder gives it "
+                f"{config.optim.learning_rate:g} (the sweep's pick or --learning_rates): use another --workdir, "
+                "or move that run aside to train it again"
+            )
 
 
 def _finished_step(run_dir: str) -> int | None:

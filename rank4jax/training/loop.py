@@ -48,7 +48,7 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         patience = config.early_stop_patience
         early = EarlyStopping.resume(patience, run.ckpt.best_metric() if patience else None, start, config.eval_every)
         end = start if early.stopped else config.num_steps  # a run that stopped early trains no further
-        out = stack.enter_context(Output(run, start))
+        out = stack.enter_context(Output(run, start, trains=start < end))
         out.announce(early)
         profiler = Profiler(workdir, config.profile_steps, enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace

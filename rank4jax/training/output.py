@@ -29,13 +29,15 @@ from rank4jax.training.utilization import bf16_peak_flops, utilization
 
 
 class Output:
-    def __init__(self, run, start: int):
+    def __init__(self, run, start: int, trains: bool = True):
         self.run, self.start = run, start
         # run.step_fn.flops_done at the last train record (from here: not the layout choice's timed steps)
         self.flops_logged = run.step_fn.flops_done
         if start and run.is_main:
             rewind_metrics(run.workdir, start)  # each step once, however the last run ended
-        if run.is_main:  # the resolved config of this start (overrides, layout, data fingerprint)
+        # The resolved config of this start (overrides, layout, data fingerprint), when it trains: a
+        # finished run's record keeps the settings it was trained with, whatever a rerun asks for.
+        if run.is_main and trains:
             write_json(os.path.join(run.workdir, CONFIG_FILE), run.saved_config)
         self.writer = MetricsWriter(run.workdir, enabled=run.is_main)
         self.bar = tqdm(
