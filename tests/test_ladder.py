@@ -139,3 +139,26 @@ def test_status_reads_every_run_from_its_logs(tiny_ladder):
     )
     assert expected in table and "| sweep/rank4_lr0.03 | 0.03 | 4 / 4 |" in table
     assert len(table.splitlines()) == 2 + 2 + 4  # header, the two sweep runs, the four rungs
+
+
+def test_a_run_that_diverges_is_kept_out_by_name_and_the_ladder_goes_on(tmp_path, capsys):
+    workdir, base = str(tmp_path), tiny_config(eval_every=2, checkpoint_every=2)
+    plan = lad.LadderPlan(families=("rank4", "baseline"), rates=(1e-3, 1e38), sweep_steps=4, widths=(8,),
+                          max_steps=4, patience=1)  # fmt: skip
+    given = {"baseline": 1e38}  # its rung diverges; so does rank-4's sweep run at 1e38
+    result = lad.ladder(base, workdir, plan, given=given, evaluate=lad.evaluator("test"))
+    assert set(result["rows"]) == {"d8/rank4"} and result["rows"]["d8/rank4"]["learning_rate"] == 1e-3
+    assert set(result["diverged"]) == {"d8/baseline"} and result["rungs"][8] == {} and result["trend"] == {}
+    record = result["diverged"]["d8/baseline"]
+    assert record["learning_rate"] == 1e38 and record["error"].startswith("training diverged at step ")
+    assert f"d8/baseline (lr 1e+38) has no figures: {record['error']}" in result["table"]
+    for name in ("sweep/rank4_lr1e+38", "d8/baseline"):
+        assert os.path.isfile(os.path.join(workdir, name, lad.DIVERGED_FILE))
+    capsys.readouterr()
+    again = lad.ladder(base, workdir, plan, given=given, evaluate=lad.evaluator("test"))  # nothing trains again
+    said = capsys.readouterr().err
+    assert said.count("diverged before (training diverged at step ") == 2
+    assert again["table"] == result["table"]
+    table = lad.status(base, workdir, plan, given=given)
+    assert "| sweep/rank4_lr1e+38 | 1e+38 | " in table and "| d8/baseline | 1e+38 | " in table
+    assert table.count(" (diverged) / 4 |") == 2

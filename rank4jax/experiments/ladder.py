@@ -20,6 +20,10 @@ Two stages, each an ordinary set of resumable runs under one workdir:
    loss (``pick_rates``), unless given.
 2. **ladder** (``d<D>/<family>``): every family at every rank-4 fiber width D = dx·dt, at its rate,
    with early stopping (every run to its validation optimum).
+
+A run that diverges (NaN/inf) would diverge again at the same step on every resume, so it is recorded
+once (``DIVERGED_FILE``) and the ladder goes on without it: a diverged sweep run loses its family's
+sweep, a diverged rung is named in the report with its error and has no figures.
 """
 
 from __future__ import annotations
@@ -34,14 +38,14 @@ import ml_collections
 
 from rank4jax.engine.data_setup import prepare_data
 from rank4jax.engine.run_config import model_section
-from rank4jax.errors import ConfigError
+from rank4jax.errors import ConfigError, TrainingDivergedError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.experiments.compare import CLOZE_RULES
 from rank4jax.experiments.runner import run_all, train_stage, write_outputs
 from rank4jax.models.family import SELECTIONS, run_param_count
 from rank4jax.models.sizes import closest
-from rank4jax.training.metrics import CONFIG_FILE, SUMMARY_FILE, read_json, read_metrics, training_seconds
+from rank4jax.training.metrics import CONFIG_FILE, SUMMARY_FILE, read_json, read_metrics, training_seconds, write_json
 
 FAMILIES = {  # name → (model family, what it is)
     "rank4": ("rank4", "rank-4, the paper's objective and selection"),
@@ -50,6 +54,7 @@ FAMILIES = {  # name → (model family, what it is)
     "baseline_lm": ("baseline_lm", "teacher-forced causal LM on every token, parameter-matched (reference)"),
 }
 TEACHER_FORCED = frozenset({"baseline_lm"})  # LS(T) after the gold S(T) tokens: no Δ against the free-running ones
+DIVERGED_FILE = "diverged.json"  # a run that diverged: its learning rate and error (the ladder goes on without it)
 RATES = (3e-4, 1e-3, 3e-3)
 WIDTHS = (64, 128, 256)
 MATCHED_HEADS = 2  # the baselines' heads at every rung (their width must divide by it)
@@ -198,7 +203,7 @@ def plan_runs(base, workdir: str, plan: LadderPlan, given: dict, vocab_size: int
     for name, config in sweep.items():
         run_dir = os.path.join(workdir, name)
         finished = _finished_step(run_dir) == config.num_steps
-        losses[name] = best_selection_loss(run_dir, config) if finished else None
+        losses[name] = math.inf if diverged(run_dir) else best_selection_loss(run_dir, config) if finished else None
     rungs = None
     if all(loss is not None for loss in losses.values()):
         rungs = rung_configs(base, plan, vocab_size, pick_rates(sweep, losses, plan, given))
@@ -218,6 +223,28 @@ def check_trained_rates(workdir: str, runs: dict) -> None:
                 f"{config.optim.learning_rate:g} (the sweep's pick or --learning_rates): use another --workdir, "
                 "or move that run aside to train it again"
             )
+
+
+def diverged(run_dir: str) -> dict | None:
+    """What a run that diverged left (``DIVERGED_FILE``: its error), or None."""
+    return read_json(os.path.join(run_dir, DIVERGED_FILE), "the run's divergence record")
+
+
+def train_run(name: str, config: ml_collections.ConfigDict, run_dir: str) -> bool:
+    """Train (or resume) one run of the ladder; False for one that diverged, now or before. Resuming a
+    diverged run diverges again at the same step, so its error is kept in ``DIVERGED_FILE`` and the
+    ladder goes on without it (a diverged sweep run loses its sweep; a diverged rung has no figures)."""
+    if (record := diverged(run_dir)) is not None:
+        first = record["error"].split(". ")[0]
+        say(f"rank4jax: {name} diverged before ({first}); skipped (delete its {DIVERGED_FILE} to retry)")
+        return False
+    try:
+        train_stage(name, config, run_dir)
+    except TrainingDivergedError as e:
+        write_json(os.path.join(run_dir, DIVERGED_FILE), {"learning_rate": config.optim.learning_rate, "error": str(e)})
+        say(f"rank4jax: {name} {e}; the ladder goes on without it")
+        return False
+    return True
 
 
 def _finished_step(run_dir: str) -> int | None:
@@ -241,10 +268,10 @@ def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evalu
         if only not in known:
             hint = "" if rungs is not None else " (the rungs are known once the sweep has finished)"
             raise ConfigError(f"--only={only!r} is not a run of this ladder{hint}; its runs: {', '.join(known)}")
-        train_stage(only, known[only], os.path.join(workdir, only))
+        train_run(only, known[only], os.path.join(workdir, only))
         return None
     for name, config in sweep.items():
-        train_stage(name, config, os.path.join(workdir, name))
+        train_run(name, config, os.path.join(workdir, name))
     sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
     return evaluate(workdir, rungs) if evaluate is not None else None
 
@@ -265,9 +292,10 @@ def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
         steps = [r["step"] for r in metrics.get("train", [])]
         seconds = training_seconds(metrics["train"], config.batch_size) if steps else None
         figures = "— | —" if best is None else f"{best[key]:.4f} ({best['step']}) | {best['last_slice_ce']:.4f}"
+        gone = " (diverged)" if diverged(os.path.join(workdir, name)) else ""
         lines.append(
-            f"| {name} | {config.optim.learning_rate:g} | {max(steps, default=0)} / {config.num_steps} | {figures} | "
-            f"{_seconds(seconds)} |"
+            f"| {name} | {config.optim.learning_rate:g} | {max(steps, default=0)}{gone} / {config.num_steps} | "
+            f"{figures} | {_seconds(seconds)} |"
         )
     if rungs is None:
         lines.append("\nThe rungs are known once every sweep run has finished.")
@@ -283,8 +311,12 @@ def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts
     def evaluate(workdir: str, rungs: dict) -> dict:
         options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
         extra = {"cloze": {"split": "all", "data_path": cloze_data} | options} if cloze_data else None
-        runs = run_all(rungs, workdir, split=split, rollout_steps=0, cloze_contexts=cloze_contexts, extra_evals=extra)
-        result = summarise(runs, split) | {"cloze_data": cloze_data}
+        trained = {
+            name: config for name, config in rungs.items() if train_run(name, config, os.path.join(workdir, name))
+        }
+        runs = run_all(trained, workdir, split=split, rollout_steps=0, cloze_contexts=cloze_contexts, extra_evals=extra)
+        gone = {name: diverged(os.path.join(workdir, name)) for name in rungs if name not in trained}
+        result = summarise(runs, split) | {"cloze_data": cloze_data, "diverged": gone}
         result["table"] = report_markdown(result)
         write_outputs(workdir, "ladder", result, result["table"])
         plot_ladder(result, os.path.join(workdir, "plots", "ladder.png"))
@@ -435,6 +467,8 @@ def report_markdown(result: dict) -> str:
     if tests:
         lines += ["", "McNemar's exact p against the rank-4 model at the same rung:", ""]
         lines += ["| D | family | mean CE | PMI | ending only |", "|---|---|---|---|---|", *tests]
+    for name, record in result.get("diverged", {}).items():
+        lines += ["", f"{name} (lr {record['learning_rate']:g}) has no figures: {record['error']}"]
     for family, fit in result["trend"].items():
         se = "" if fit["se_b"] is None else f" ± {fit['se_b']:.4f}"
         where = (
