@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import os
 
@@ -249,11 +248,7 @@ def train_run(name: str, config: ml_collections.ConfigDict, run_dir: str) -> boo
 
 def _finished_step(run_dir: str) -> int | None:
     """The step a run's summary says it ended at (None: no summary yet)."""
-    try:
-        with open(os.path.join(run_dir, SUMMARY_FILE), encoding="utf-8") as f:
-            return json.load(f).get("step")
-    except (OSError, ValueError):
-        return None
+    return (read_json(os.path.join(run_dir, SUMMARY_FILE), "the run's summary") or {}).get("step")
 
 
 def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evaluate=None) -> dict | None:
