@@ -156,8 +156,9 @@ def test_a_run_that_diverges_is_kept_out_by_name_and_the_ladder_goes_on(tmp_path
         assert os.path.isfile(os.path.join(workdir, name, lad.DIVERGED_FILE))
     capsys.readouterr()
     again = lad.ladder(base, workdir, plan, given=given, evaluate=lad.evaluator("test"))  # nothing trains again
-    said = capsys.readouterr().err
-    assert said.count("diverged before (training diverged at step ") == 2
+    said = capsys.readouterr()
+    assert said.err.count("diverged before (training diverged at step ") == 2
+    assert said.out.count(f"resuming {workdir}/d8/rank4 from step 4") == 1  # restored once, to evaluate
     assert again["table"] == result["table"]
     table = lad.status(base, workdir, plan, given=given)
     assert "| sweep/rank4_lr1e+38 | 1e+38 | " in table and "| d8/baseline | 1e+38 | " in table

@@ -229,21 +229,21 @@ def diverged(run_dir: str) -> dict | None:
     return read_json(os.path.join(run_dir, DIVERGED_FILE), "the run's divergence record")
 
 
-def train_run(name: str, config: ml_collections.ConfigDict, run_dir: str) -> bool:
-    """Train (or resume) one run of the ladder; False for one that diverged, now or before. Resuming a
-    diverged run diverges again at the same step, so its error is kept in ``DIVERGED_FILE`` and the
-    ladder goes on without it (a diverged sweep run loses its sweep; a diverged rung has no figures)."""
+def train_run(name: str, config: ml_collections.ConfigDict, run_dir: str) -> dict | None:
+    """Train (or resume) one run of the ladder: its summary, or None for one that diverged, now or
+    before. Resuming a diverged run diverges again at the same step, so its error is kept in
+    ``DIVERGED_FILE`` and the ladder goes on without it (a diverged sweep run loses its sweep; a
+    diverged rung has no figures)."""
     if (record := diverged(run_dir)) is not None:
         first = record["error"].split(". ")[0]
         say(f"rank4jax: {name} diverged before ({first}); skipped (delete its {DIVERGED_FILE} to retry)")
-        return False
+        return None
     try:
-        train_stage(name, config, run_dir)
+        return train_stage(name, config, run_dir)
     except TrainingDivergedError as e:
         write_json(os.path.join(run_dir, DIVERGED_FILE), {"learning_rate": config.optim.learning_rate, "error": str(e)})
         say(f"rank4jax: {name} {e}; the ladder goes on without it")
-        return False
-    return True
+        return None
 
 
 def _finished_step(run_dir: str) -> int | None:
@@ -304,13 +304,10 @@ def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts
         raise ConfigError(f"--cloze_data: file not found: {cloze_data}")
 
     def evaluate(workdir: str, rungs: dict) -> dict:
-        options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
+        options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}  # every evaluation's
         extra = {"cloze": {"split": "all", "data_path": cloze_data} | options} if cloze_data else None
-        trained = {
-            name: config for name, config in rungs.items() if train_run(name, config, os.path.join(workdir, name))
-        }
-        runs = run_all(trained, workdir, split=split, rollout_steps=0, cloze_contexts=cloze_contexts, extra_evals=extra)
-        gone = {name: diverged(os.path.join(workdir, name)) for name in rungs if name not in trained}
+        runs = run_all(rungs, workdir, split=split, extra_evals=extra, train=train_run, **options)
+        gone = {name: diverged(os.path.join(workdir, name)) for name in rungs if name not in runs}
         result = summarise(runs, split) | {"cloze_data": cloze_data, "diverged": gone}
         result["table"] = report_markdown(result)
         write_outputs(workdir, "ladder", result, result["table"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 
 import ml_collections
 
@@ -55,13 +56,18 @@ def run_all(
     rollout_steps: int = 1,
     cloze_contexts: int = CLOZE_CONTEXTS,
     extra_evals: dict[str, dict] | None = None,
+    train: Callable[[str, ml_collections.ConfigDict, str], dict | None] | None = None,
 ) -> dict[str, RunResult]:
     """Train every config in ``workdir/<name>`` in order, then evaluate its selected checkpoint on
-    ``split``; ``extra_evals`` (label → ``evaluate_run`` keyword arguments) adds further evaluations."""
+    ``split``; ``extra_evals`` (label → ``evaluate_run`` keyword arguments) adds further evaluations.
+    ``train(name, config, run_dir)`` trains one run (``train_stage`` when None); a run it returns None
+    for is left out of the result, unevaluated."""
     results = {}
     for name, config in configs.items():
         run_dir = os.path.join(workdir, name)
-        summary = train_stage(name, config, run_dir)
+        summary = (train or train_stage)(name, config, run_dir)
+        if summary is None:
+            continue
         options = {"num_examples": num_examples, "rollout_steps": rollout_steps, "cloze_contexts": cloze_contexts}
         report = evaluate_run(run_dir, split=split, **options)
         extra = {label: evaluate_run(run_dir, **kwargs) for label, kwargs in (extra_evals or {}).items()}
