@@ -26,6 +26,10 @@ def test_linear_fit_and_crossing_by_hand():
     fit = lad.linear_fit([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])  # b = 1.5, a = 5/6, residuals ±1/6, -1/3
     assert fit["b"] == pytest.approx(1.5, abs=1e-15) and fit["a"] == pytest.approx(5 / 6, abs=1e-15)
     assert fit["se_b"] == pytest.approx(math.sqrt((1 / 36 + 1 / 9 + 1 / 36) / 1 / 2), abs=1e-15)
+    # one degree of freedom: Student's t is Cauchy, quantile tan(π(q − ½)), two-sided p = 1 − 2·atan(t)/π
+    half = math.tan(math.pi * 0.475) * fit["se_b"]
+    assert fit["b_interval"] == pytest.approx([1.5 - half, 1.5 + half], abs=1e-12)
+    assert fit["p_no_trend"] == pytest.approx(1 - 2 * math.atan(1.5 / fit["se_b"]) / math.pi, abs=1e-12)
     rows = {  # Δ = -0.2 at 10^5 parameters, -0.1 at 10^6: zero at 10^7
         "d8/rank4": {"width": 8, "family": "rank4", "params": 10**5, "ls": 5.0},
         "d8/baseline": {"width": 8, "family": "baseline", "params": 10**5, "ls": 4.8},
@@ -43,8 +47,20 @@ def test_linear_fit_and_crossing_by_hand():
     assert set(lad._rung_tests({"rank4": rows["d8/rank4"], "baseline_lm": rows["d8/baseline_lm"]})) == set()
     trend = lad.delta_trend(rows)["baseline"]
     assert trend["b"] == pytest.approx(0.1, abs=1e-12) and trend["crossing_params"] == pytest.approx(1e7, rel=1e-9)
-    rows["d16/baseline"]["ls"] = 3.7  # Δ -0.2 → -0.3: away from zero
-    assert lad.delta_trend(rows)["baseline"]["crossing_params"] is None
+    assert trend["crossing"] == "ahead" and trend["se_b"] is None  # two rungs: no uncertainty
+    assert "it would reach 0 at about 10,000,000 rank-4 parameters if the trend held" in lad.trend_sentence(
+        "baseline", trend
+    )
+    rows["d16/baseline"]["ls"] = 3.7  # Δ -0.2 → -0.3: away from zero (the fit's zero at 10^3)
+    trend = lad.delta_trend(rows)["baseline"]
+    assert trend["crossing"] == "behind" and trend["crossing_params"] == pytest.approx(1e3, rel=1e-9)
+    assert "the fit moves Δ away from zero as size grows" in lad.trend_sentence("baseline", trend)
+    rows["d16/baseline"]["ls"] = 4.2  # Δ -0.2 → +0.2: sign changes between the rungs, at 10^5.5
+    trend = lad.delta_trend(rows)["baseline"]
+    assert trend["crossing"] == "inside" and trend["crossing_params"] == pytest.approx(10**5.5, rel=1e-9)
+    assert "changes sign within the ladder, at about 316,228 rank-4 parameters" in lad.trend_sentence("baseline", trend)
+    rows["d16/baseline"]["ls"] = 3.8  # Δ -0.2 at both rungs: a flat fit has no zero
+    assert lad.delta_trend(rows)["baseline"]["crossing"] is None
 
 
 def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcomes():

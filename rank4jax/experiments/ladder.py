@@ -376,22 +376,31 @@ def delta(row: dict, rank4: dict) -> float | None:
 
 
 def linear_fit(x, y) -> dict:
-    """Least squares y ≈ a + b·x: a, b, their standard errors (None with fewer than three points)."""
+    """Least squares y ≈ a + b·x: a, b, their standard errors, the 95 % interval of b and the two-sided p of
+    b = 0 (Student's t with n − 2 degrees of freedom); the last four None with fewer than three points."""
+    from scipy import stats
+
     n = len(x)
     mx, my = sum(x) / n, sum(y) / n
     sxx = sum((xi - mx) ** 2 for xi in x)
     b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
     a = my - b * mx
     if n < 3:
-        return {"a": a, "b": b, "se_a": None, "se_b": None}
+        return {"a": a, "b": b, "se_a": None, "se_b": None, "b_interval": None, "p_no_trend": None}
     s2 = sum((yi - a - b * xi) ** 2 for xi, yi in zip(x, y, strict=True)) / (n - 2)
-    return {"a": a, "b": b, "se_a": math.sqrt(s2 * (1 / n + mx**2 / sxx)), "se_b": math.sqrt(s2 / sxx)}
+    se_b = math.sqrt(s2 / sxx)
+    half = stats.t.ppf(0.975, n - 2) * se_b
+    p = 2 * stats.t.sf(abs(b) / se_b, n - 2) if se_b > 0 else 0.0
+    return {"a": a, "b": b, "se_a": math.sqrt(s2 * (1 / n + mx**2 / sxx)), "se_b": se_b,
+            "b_interval": [b - half, b + half], "p_no_trend": float(p)}  # fmt: skip
 
 
 def delta_trend(rows: dict) -> dict:
     """For each free-running family against the rank-4 model: Δ = its LS(T) − rank-4's at each rung, fitted against
-    log10 of the rank-4 parameter count, and the parameter count at which the fit reaches Δ = 0
-    (``crossing_params``, only when the fit moves Δ towards zero as size grows; else None)."""
+    log10 of the rank-4 parameter count (``linear_fit``), and where the fit is zero: ``crossing_params`` (None
+    for a flat fit) and ``crossing``, which says where that is — ``"ahead"`` (beyond the largest rung: the
+    size at which Δ would change sign if the trend held), ``"inside"`` (the fit changes sign within the
+    ladder) or ``"behind"`` (below the smallest rung: the fit moves Δ away from zero as size grows)."""
     rank4 = {r["width"]: r for r in rows.values() if r["family"] == "rank4"}
     trends = {}
     for family in sorted({r["family"] for r in rows.values()} - {"rank4"}):
@@ -404,10 +413,31 @@ def delta_trend(rows: dict) -> dict:
             continue
         x, y = zip(*points, strict=True)
         fit = linear_fit(x, y)
-        towards_zero = fit["b"] != 0 and fit["b"] * y[-1] < 0
-        crossing = 10 ** (-fit["a"] / fit["b"]) if towards_zero else None
-        trends[family] = fit | {"log10_params": list(x), "delta": list(y), "crossing_params": crossing}
+        zero = -fit["a"] / fit["b"] if fit["b"] != 0 else None
+        where = None if zero is None else "ahead" if zero > x[-1] else "behind" if zero < x[0] else "inside"
+        crossing = None if zero is None else 10**zero
+        trends[family] = fit | {"log10_params": list(x), "delta": list(y), "crossing_params": crossing,
+                                "crossing": where}  # fmt: skip
     return trends
+
+
+def trend_sentence(family: str, fit: dict) -> str:
+    """One line of the report: the slope of Δ per decade of parameters, its uncertainty, and where Δ is zero."""
+    if fit["se_b"] is None:
+        spread = f" (from {len(fit['delta'])} rungs: no uncertainty)"
+    else:
+        lo, hi = fit["b_interval"]
+        spread = (
+            f" ± {fit['se_b']:.4f} (95 % interval {lo:+.4f} to {hi:+.4f}; p = {fit['p_no_trend']:.2g} for no trend)"
+        )
+    zero = fit["crossing_params"]
+    where = {
+        None: "the fit is flat",
+        "ahead": f"it would reach 0 at about {zero:,.0f} rank-4 parameters if the trend held",
+        "inside": f"the fit changes sign within the ladder, at about {zero:,.0f} rank-4 parameters",
+        "behind": "the fit moves Δ away from zero as size grows",
+    }[fit["crossing"]]
+    return f"Δ ({family}) against log10(rank-4 parameters): slope {fit['b']:+.4f}{spread} per decade; {where}."
 
 
 def _accuracy(row: dict, key: str) -> str:
@@ -462,13 +492,7 @@ def report_markdown(result: dict) -> str:
     for name, record in result.get("diverged", {}).items():
         lines += ["", f"{name} (lr {record['learning_rate']:g}) has no figures: {record['error']}"]
     for family, fit in result["trend"].items():
-        se = "" if fit["se_b"] is None else f" ± {fit['se_b']:.4f}"
-        where = (
-            f"it would reach 0 at about {fit['crossing_params']:,.0f} rank-4 parameters if the trend held"
-            if fit["crossing_params"] is not None
-            else "the fit does not move Δ towards zero as size grows"
-        )
-        lines += ["", f"Δ ({family}) against log10(rank-4 parameters): slope {fit['b']:+.4f}{se} per decade; {where}."]
+        lines += ["", trend_sentence(family, fit)]
     return "\n".join(lines)
 
 
