@@ -29,6 +29,7 @@ def test_linear_fit_and_crossing_by_hand():
     # one degree of freedom: Student's t is Cauchy, quantile tan(π(q − ½)), two-sided p = 1 − 2·atan(t)/π
     half = math.tan(math.pi * 0.475) * fit["se_b"]
     assert fit["b_interval"] == pytest.approx([1.5 - half, 1.5 + half], abs=1e-12)
+    assert {type(v) for v in (*fit["b_interval"], fit["p_no_trend"])} == {float}  # ladder.json: plain numbers
     assert fit["p_no_trend"] == pytest.approx(1 - 2 * math.atan(1.5 / fit["se_b"]) / math.pi, abs=1e-12)
     rows = {  # Δ = -0.2 at 10^5 parameters, -0.1 at 10^6: zero at 10^7
         "d8/rank4": {"width": 8, "family": "rank4", "params": 10**5, "ls": 5.0},

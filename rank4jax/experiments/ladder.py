@@ -392,7 +392,7 @@ def linear_fit(x, y) -> dict:
     half = stats.t.ppf(0.975, n - 2) * se_b
     p = 2 * stats.t.sf(abs(b) / se_b, n - 2) if se_b > 0 else 0.0
     return {"a": a, "b": b, "se_a": math.sqrt(s2 * (1 / n + mx**2 / sxx)), "se_b": se_b,
-            "b_interval": [b - half, b + half], "p_no_trend": float(p)}  # fmt: skip
+            "b_interval": [float(b - half), float(b + half)], "p_no_trend": float(p)}  # fmt: skip
 
 
 def delta_trend(rows: dict) -> dict:
@@ -434,7 +434,8 @@ def trend_sentence(family: str, fit: dict) -> str:
     where = {
         None: "the fit is flat",
         "ahead": f"it would reach 0 at about {zero:,.0f} rank-4 parameters if the trend held",
-        "inside": f"the fit changes sign within the ladder, at about {zero:,.0f} rank-4 parameters",
+        "inside": f"the fit changes sign within the ladder, at about {zero:,.0f} rank-4 parameters, and moves Δ "
+        "away from zero beyond it",
         "behind": "the fit moves Δ away from zero as size grows",
     }[fit["crossing"]]
     return f"Δ ({family}) against log10(rank-4 parameters): slope {fit['b']:+.4f}{spread} per decade; {where}."
