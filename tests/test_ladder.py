@@ -64,7 +64,7 @@ def test_linear_fit_and_crossing_by_hand():
     assert lad.delta_trend(rows)["baseline"]["crossing"] is None
 
 
-def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcomes():
+def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcomes(tmp_path):
     outcomes = {"rank4": [1, 0, 0, 1], "baseline": [1, 1, 0, 1], "baseline_lm": [1, 1, 1, 1]}
     rows = {
         f"d8/{family}": {
@@ -85,6 +85,9 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
     assert "| 8 | baseline_lm | 100 | 0.001 | 4.0000 (tf) | — | 2 / 4 |" in table
     assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 | 10 | 12.5 | 0.500 |" in table
     assert "| 8 | baseline_lm | 0.5 | nan | nan |" in table.split("McNemar")[1]  # its tests are reported
+    assert lad.quiet_seconds_to_best(rows["d8/rank4"]) == 0.025  # 2 steps at 12.5 ms
+    lad.plot_ladder({"rows": rows}, str(tmp_path / "plots" / "ladder.png"))  # the LM on its own axis
+    assert os.path.getsize(tmp_path / "plots" / "ladder.png") > 0
 
 
 @pytest.fixture(scope="module")

@@ -497,34 +497,63 @@ def report_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def quiet_seconds_to_best(row: dict) -> float:
+    """Training time to the selected step at the run's median step time (``ms_per_step``): what the
+    run takes on a machine it has to itself, where the logged time also counts other work beside it."""
+    return row["best_step"] * row["ms_per_step"] / 1000
+
+
 def plot_ladder(result: dict, out_path: str) -> None:
-    """LS(T) against parameters (log scale) and against training time, one line per family; context
-    gain against parameters."""
+    """LS(T) against parameters (log scale) and against training time (``quiet_seconds_to_best``), one
+    line per family; context gain against parameters. A teacher-forced LS(T) is no comparison with a
+    free-running one and sits about 1.5 nats lower, so it is drawn dashed on its own axis at the right."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for family in FAMILIES:
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
+    forced = (
+        [axes[0].twinx(), axes[1].twinx()]
+        if any(r["family"] in TEACHER_FORCED for r in result["rows"].values())
+        else None
+    )
+    for n, family in enumerate(FAMILIES):
         rows = sorted((r for r in result["rows"].values() if r["family"] == family), key=lambda r: r["params"])
         if not rows:
             continue
-        params, label = [r["params"] for r in rows], family + (" (teacher-forced)" if family in TEACHER_FORCED else "")
-        axes[0].plot(params, [r["ls"] for r in rows], "o-", label=label)
-        axes[1].plot([r["training_time_to_best_s"] or 0 for r in rows], [r["ls"] for r in rows], "o-", label=label)
-        axes[2].plot(params, [r["context_gain"] or 0 for r in rows], "o-", label=label)
-    titles = ("LS(T) against parameters", "LS(T) against training time to the selected step", "context gain")
-    xlabels = ("parameters", "seconds", "parameters")
-    ylabels = ("LS(T) (nats)", "LS(T) (nats)", "nats per S(T) token")
-    for ax, title, xl, yl in zip(axes, titles, xlabels, ylabels, strict=True):
-        ax.set_xscale("log")
-        ax.set_title(title)
-        ax.set_xlabel(xl)
-        ax.set_ylabel(yl)
+        tf = family in TEACHER_FORCED
+        style = {
+            "color": f"C{n}",
+            "marker": "o",
+            "linestyle": "--" if tf else "-",
+            "label": family + (" (teacher-forced, right axis)" if tf else ""),
+        }
+        ls_axes = forced if tf else axes[:2]
+        ls_axes[0].plot([r["params"] for r in rows], [r["ls"] for r in rows], **style)
+        ls_axes[1].plot([quiet_seconds_to_best(r) for r in rows], [r["ls"] for r in rows], **style)
+        for r in rows:  # the time axis does not order the rungs: name each point's D
+            ls_axes[1].annotate(f"D {r['width']}", (quiet_seconds_to_best(r), r["ls"]), xytext=(4, 4),
+                                textcoords="offset points", fontsize=7, color=style["color"])  # fmt: skip
+        gains = [(r["params"], r["context_gain"]) for r in rows if r["context_gain"] is not None]
+        axes[2].plot(*zip(*gains, strict=True), **style | {"label": family + (" (teacher-forced)" if tf else "")})
+    titles = (
+        "LS(T) against parameters",
+        "LS(T) against training time to the selected step",
+        "context gain against parameters",
+    )
+    xlabels = ("parameters", "seconds (selected step × median ms/step)", "parameters")
+    ylabels = ("LS(T), free-running (nats)", "LS(T), free-running (nats)", "nats per S(T) token")
+    for n, (ax, title, xl, yl) in enumerate(zip(axes, titles, xlabels, ylabels, strict=True)):
+        ax.set(xscale="log", title=title, xlabel=xl, ylabel=yl)
         ax.grid(alpha=0.3)
-        ax.legend()
+        handles, labels = ax.get_legend_handles_labels()
+        if forced and n < 2:
+            forced[n].set_ylabel("LS(T), teacher-forced (nats)")
+            more = forced[n].get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        ax.legend(handles, labels, fontsize="small")
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
