@@ -61,7 +61,12 @@ def test_linear_fit_and_crossing_by_hand():
     assert trend["crossing"] == "inside" and trend["crossing_params"] == pytest.approx(10**5.5, rel=1e-9)
     assert "changes sign within the ladder, at about 316,228 rank-4 parameters" in lad.trend_sentence("baseline", trend)
     rows["d16/baseline"]["ls"] = 3.8  # Δ -0.2 at both rungs: a flat fit has no zero
-    assert lad.delta_trend(rows)["baseline"]["crossing"] is None
+    trend = lad.delta_trend(rows)["baseline"]
+    assert trend["crossing"] is None and trend["crossing_params"] is None
+    assert lad.trend_sentence("baseline", trend) == (
+        "Δ (baseline) against log10(rank-4 parameters): slope +0.0000 (from 2 rungs: no uncertainty) per decade; "
+        "the fit is flat."
+    )
 
 
 def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcomes(tmp_path):
@@ -86,8 +91,16 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
     assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 | 10 | 12.5 | 0.500 |" in table
     assert "| 8 | baseline_lm | 0.5 | nan | nan |" in table.split("McNemar")[1]  # its tests are reported
     assert lad.quiet_seconds_to_best(rows["d8/rank4"]) == 0.025  # 2 steps at 12.5 ms
-    lad.plot_ladder({"rows": rows}, str(tmp_path / "plots" / "ladder.png"))  # the LM on its own axis
+    fig = lad.plot_ladder({"rows": rows}, str(tmp_path / "plots" / "ladder.png"))
     assert os.path.getsize(tmp_path / "plots" / "ladder.png") > 0
+    params, time, gain, lm_params, lm_time = fig.axes  # the LM's LS(T) on its own axis in the first two panels
+    drawn = {ax: {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines}
+             for ax in fig.axes}  # fmt: skip
+    assert drawn[params] == {"rank4": ([100], [5.0]), "baseline": ([100], [5.25])}
+    assert drawn[time] == {"rank4": ([0.025], [5.0]), "baseline": ([0.025], [5.25])}
+    assert drawn[lm_params] == {"baseline_lm (teacher-forced, right axis)": ([100], [4.0])}
+    assert drawn[lm_time] == {"baseline_lm (teacher-forced, right axis)": ([0.025], [4.0])}
+    assert drawn[gain] == {name: ([100], [0.5]) for name in ("rank4", "baseline", "baseline_lm (teacher-forced)")}
 
 
 @pytest.fixture(scope="module")

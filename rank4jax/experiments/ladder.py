@@ -430,14 +430,13 @@ def trend_sentence(family: str, fit: dict) -> str:
         spread = (
             f" ± {fit['se_b']:.4f} (95 % interval {lo:+.4f} to {hi:+.4f}; p = {fit['p_no_trend']:.2g} for no trend)"
         )
-    zero = fit["crossing_params"]
     where = {
         None: "the fit is flat",
-        "ahead": f"it would reach 0 at about {zero:,.0f} rank-4 parameters if the trend held",
-        "inside": f"the fit changes sign within the ladder, at about {zero:,.0f} rank-4 parameters, and moves Δ "
-        "away from zero beyond it",
+        "ahead": "it would reach 0 at about {:,.0f} rank-4 parameters if the trend held",
+        "inside": "the fit changes sign within the ladder, at about {:,.0f} rank-4 parameters, and moves Δ away "
+        "from zero beyond it",
         "behind": "the fit moves Δ away from zero as size grows",
-    }[fit["crossing"]]
+    }[fit["crossing"]].format(fit["crossing_params"])  # a flat fit has no zero to format
     return f"Δ ({family}) against log10(rank-4 parameters): slope {fit['b']:+.4f}{spread} per decade; {where}."
 
 
@@ -503,10 +502,11 @@ def quiet_seconds_to_best(row: dict) -> float:
     return row["best_step"] * row["ms_per_step"] / 1000
 
 
-def plot_ladder(result: dict, out_path: str) -> None:
+def plot_ladder(result: dict, out_path: str):
     """LS(T) against parameters (log scale) and against training time (``quiet_seconds_to_best``), one
     line per family; context gain against parameters. A teacher-forced LS(T) is no comparison with a
-    free-running one and sits about 1.5 nats lower, so it is drawn dashed on its own axis at the right."""
+    free-running one and sits about 1.5 nats lower, so it is drawn dashed on its own axis at the right.
+    Returns the (closed) figure, whose axes hold what was drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -531,11 +531,12 @@ def plot_ladder(result: dict, out_path: str) -> None:
             "label": family + (" (teacher-forced, right axis)" if tf else ""),
         }
         ls_axes = forced if tf else axes[:2]
-        ls_axes[0].plot([r["params"] for r in rows], [r["ls"] for r in rows], **style)
-        ls_axes[1].plot([quiet_seconds_to_best(r) for r in rows], [r["ls"] for r in rows], **style)
-        for r in rows:  # the time axis does not order the rungs: name each point's D
-            ls_axes[1].annotate(f"D {r['width']}", (quiet_seconds_to_best(r), r["ls"]), xytext=(4, 4),
-                                textcoords="offset points", fontsize=7, color=style["color"])  # fmt: skip
+        seconds, ls = [quiet_seconds_to_best(r) for r in rows], [r["ls"] for r in rows]
+        ls_axes[0].plot([r["params"] for r in rows], ls, **style)
+        ls_axes[1].plot(seconds, ls, **style)
+        for r, point in zip(rows, zip(seconds, ls, strict=True), strict=True):  # time does not order the rungs
+            ls_axes[1].annotate(f"D {r['width']}", point, xytext=(4, 4), textcoords="offset points", fontsize=7,
+                                color=style["color"])  # fmt: skip
         gains = [(r["params"], r["context_gain"]) for r in rows if r["context_gain"] is not None]
         axes[2].plot(*zip(*gains, strict=True), **style | {"label": family + (" (teacher-forced)" if tf else "")})
     titles = (
@@ -557,3 +558,4 @@ def plot_ladder(result: dict, out_path: str) -> None:
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
+    return fig
