@@ -187,11 +187,18 @@ def best_selection_loss(run_dir: str, config: ml_collections.ConfigDict) -> floa
 
 def pick_rates(sweep: dict, losses: dict, plan: LadderPlan, given: dict) -> dict:
     """Each family's rate: the given one, else the sweep rate with the lowest validation selection
-    loss (``losses``: sweep run name → that loss)."""
+    loss (``losses``: sweep run name → that loss; ``inf`` for a run that diverged). A family whose every
+    sweep run diverged has no rate to pick: refused by name, not trained at a rate that diverged."""
     rates = dict(given)
     for name in plan.families:
         if name not in rates:
             rates[name] = min(plan.rates, key=lambda r, n=name: losses[sweep_name(n, r)])
+            if math.isinf(losses[sweep_name(name, rates[name])]):
+                tried = ", ".join(f"{r:g}" for r in plan.rates)
+                raise ConfigError(
+                    f"every sweep run of {name} diverged (learning rates {tried}): give it a rate with "
+                    f"--learning_rates={name}=RATE, or sweep lower --rates in another --workdir"
+                )
     return rates
 
 
