@@ -178,17 +178,17 @@ def test_the_rate_pick_and_a_family_whose_every_sweep_run_diverged():
     plan = lad.LadderPlan(families=("rank4", "baseline"), rates=(1e-3, 3e-3))
     losses = {"sweep/rank4_lr0.001": 1.6, "sweep/rank4_lr0.003": 1.5}
     losses |= {"sweep/baseline_lr0.001": math.inf, "sweep/baseline_lr0.003": 5.4}
-    assert lad.pick_rates({}, losses, plan, {}) == {"rank4": 3e-3, "baseline": 3e-3}
-    assert lad.pick_rates({}, losses, plan, {"rank4": 1e-4}) == {"rank4": 1e-4, "baseline": 3e-3}
+    assert lad.pick_rates(losses, plan, {}) == {"rank4": 3e-3, "baseline": 3e-3}
+    assert lad.pick_rates(losses, plan, {"rank4": 1e-4}) == {"rank4": 1e-4, "baseline": 3e-3}
     losses["sweep/baseline_lr0.003"] = math.inf  # before: the pick fell to the first rate, one that diverged
     message = (
         "every sweep run of baseline diverged (learning rates 0.001, 0.003): give it a rate with "
         "--learning_rates=baseline=RATE, or sweep lower --rates in another --workdir"
     )
     with pytest.raises(ConfigError) as refused:
-        lad.pick_rates({}, losses, plan, {})
+        lad.pick_rates(losses, plan, {})
     assert str(refused.value) == message
-    assert lad.pick_rates({}, losses, plan, {"baseline": 1e-4})["baseline"] == 1e-4
+    assert lad.pick_rates(losses, plan, {"baseline": 1e-4})["baseline"] == 1e-4
 
 
 def test_a_run_that_diverges_is_kept_out_by_name_and_the_ladder_goes_on(tmp_path, capsys):

@@ -185,7 +185,7 @@ def best_selection_loss(run_dir: str, config: ml_collections.ConfigDict) -> floa
     return math.inf if best is None else best[SELECTIONS[config.selection]]
 
 
-def pick_rates(sweep: dict, losses: dict, plan: LadderPlan, given: dict) -> dict:
+def pick_rates(losses: dict, plan: LadderPlan, given: dict) -> dict:
     """Each family's rate: the given one, else the sweep rate with the lowest validation selection
     loss (``losses``: sweep run name → that loss; ``inf`` for a run that diverged). A family whose every
     sweep run diverged has no rate to pick: refused by name, not trained at a rate that diverged."""
@@ -212,7 +212,7 @@ def plan_runs(base, workdir: str, plan: LadderPlan, given: dict, vocab_size: int
         losses[name] = math.inf if diverged(run_dir) else best_selection_loss(run_dir, config) if finished else None
     rungs = None
     if all(loss is not None for loss in losses.values()):
-        rungs = rung_configs(base, plan, vocab_size, pick_rates(sweep, losses, plan, given))
+        rungs = rung_configs(base, plan, vocab_size, pick_rates(losses, plan, given))
     check_trained_rates(workdir, {**sweep, **(rungs or {})})
     return sweep, rungs
 
