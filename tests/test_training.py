@@ -382,12 +382,15 @@ def test_a_lock_file_removed_under_a_running_run_stops_it_before_it_writes(tmp_p
         assert ckpt.all_steps() == [2]
 
 
-def test_a_resume_rewinds_metrics_to_its_checkpoint(tiny_run_copy):
-    """A run resumed from step 4 (checkpoint 6 gone) after a crash that cut the last line short: the
-    log holds each step once and every line reads."""
+@pytest.mark.parametrize("removed", [("6",), ("4", "6")], ids=["from_4", "from_0"])
+def test_a_resume_rewinds_metrics_to_its_checkpoint(tiny_run_copy, removed):
+    """A run resumed from step 4 (checkpoint 6 gone), or started again from 0 (every checkpoint gone:
+    a run killed before its first save), after a crash that cut the last line short: the log holds
+    each step once and every line reads."""
     import shutil
 
-    shutil.rmtree(tiny_run_copy / "checkpoints" / "6")
+    for step in removed:
+        shutil.rmtree(tiny_run_copy / "checkpoints" / step)
     with open(tiny_run_copy / "metrics.jsonl", "a", encoding="utf-8") as f:
         f.write('{"step": 8, "split": "train", "loss": 1.0}\n{"step": 9, "spl')  # beyond, then cut short
     train(tiny_config(), str(tiny_run_copy))

@@ -33,8 +33,8 @@ class Output:
         self.run, self.start = run, start
         # run.step_fn.flops_done at the last train record (from here: not the layout choice's timed steps)
         self.flops_logged = run.step_fn.flops_done
-        if start and run.is_main:
-            rewind_metrics(run.workdir, start)  # each step once, however the last run ended
+        if run.is_main:  # each step once, however the last run ended (at 0: one that saved no checkpoint)
+            rewind_metrics(run.workdir, start)
         # The resolved config of this start (overrides, layout, data fingerprint), when it trains: a
         # finished run's record keeps the settings it was trained with, whatever a rerun asks for.
         if run.is_main and trains:
