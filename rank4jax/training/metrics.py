@@ -3,8 +3,8 @@ event files beside it (tensorboardX: no TensorFlow needed; ``tensorboard --logdi
 plots of the log.
 
 Records are ``{"step": int, "split": "train" | "validation", ...}``; each number is the TensorBoard
-scalar ``<split>/<name>``. A resumed run first rewinds the file to its checkpoint's step
-(``rewind_metrics``), so each step is logged once (TensorBoard's event files may show a re-trained
+scalar ``<split>/<name>``. A run first rewinds the file to the step it starts from (its checkpoint's,
+or 0: ``rewind_metrics``), so each step is logged once (TensorBoard's event files may show a re-trained
 step twice).
 """
 
@@ -141,9 +141,10 @@ def _records(path: str) -> tuple[list[tuple[tuple[str, int], dict]], list[int], 
 
 
 def rewind_metrics(workdir: str, step: int) -> None:
-    """Before a run resumes from checkpoint ``step``: rewrite metrics.jsonl with its readable records up
-    to ``step``, each (split, step) once (the last), so the steps trained again are not logged twice and
-    a line cut short by a crash is not glued to the next record. Written beside, then moved over."""
+    """Before a run resumes from checkpoint ``step`` (or starts at 0 over a run that saved none): rewrite
+    metrics.jsonl with its readable records up to ``step``, each (split, step) once (the last), so the
+    steps trained again are not logged twice and a line cut short by a crash is not glued to the next
+    record. Written beside, then moved over."""
     path = os.path.join(workdir, METRICS_FILE)
     if not os.path.isfile(path):
         return
