@@ -10,13 +10,32 @@ Public API (SPEC §11)::
     run = rank4jax.load_run("runs/default")                 # a trained run: params, model_cfg, tokenizer, …
     logits = rank4jax.forward(run.params, inputs, run.model_cfg)
     prediction = rank4jax.predict_next(run, sentences)     # the next sentence, any family
+
+The layer on its own, for models of your own on any grid of (dx, dt) fibers::
+
+    layer = rank4jax.init_layer(key, dx, dt, n_heads)        # {ln_attn, attn, ln_mlp, mlp}
+    out = rank4jax.rank4_attention(layer["attn"], x, key_mask)   # x (B, *grid, dx, dt), key_mask (B, *grid)
+    x = rank4jax.rank4_block(layer, x, key_mask)             # one Pre-LN layer (SPEC §3–§4)
+
+Flax NNX modules over the same functions: ``rank4jax.nn`` (``Rank4Model``, ``Rank4Block``, …).
 """
 
 import importlib
 
 _HOMES = {  # each public name's module, imported on first use: ``import rank4jax.startup`` stays light
     **dict.fromkeys(
-        ("Rank4Config", "count_params", "export_params", "forward", "import_params", "init_params", "window_losses"),
+        (
+            "Rank4Config",
+            "count_params",
+            "export_params",
+            "forward",
+            "import_params",
+            "init_layer",
+            "init_params",
+            "rank4_attention",
+            "rank4_block",
+            "window_losses",
+        ),
         "rank4jax.models.rank4",
     ),
     "load_run": "rank4jax.runs",
@@ -38,9 +57,12 @@ __all__ = [
     "export_params",
     "forward",
     "import_params",
+    "init_layer",
     "init_params",
     "load_run",
     "predict_next",
+    "rank4_attention",
+    "rank4_block",
     "window_losses",
 ]
 __version__ = "0.1.0"

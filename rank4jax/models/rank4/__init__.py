@@ -1,5 +1,7 @@
 """The rank-4 (4-tensor) attention model of SPEC.md."""
 
+from rank4jax.models.rank4.attention import rank4_attention
+from rank4jax.models.rank4.block import init_layer, rank4_block
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
 from rank4jax.models.rank4.layout import Rows, compact_rows, window_rows
@@ -32,10 +34,13 @@ __all__ = [
     "hidden_rows",
     "hidden_states",
     "import_params",
+    "init_layer",
     "init_params",
     "last_slice_mean_ce",
     "loss_sums",
     "next_state_logits",
+    "rank4_attention",
+    "rank4_block",
     "readout_loss_sums",
     "window_loss_sums",
     "window_losses",

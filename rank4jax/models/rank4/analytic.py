@@ -28,16 +28,15 @@ import jax
 import jax.numpy as jnp
 
 from rank4jax.models.common import normalize
-from rank4jax.models.rank4.attention import attend_heads
+from rank4jax.models.rank4.attention import attention_heads
 
 
 def _forward(x, ln, attn, key_mask):
     x_hat, rstd = normalize(x)
     gamma = ln["scale"].reshape(-1)
     u = x_hat * gamma + ln["bias"].reshape(-1)
-    out, heads = attend_heads(attn, u, key_mask)  # the autodiff path's own forward
-    q, k, v, a = (jnp.stack([head[i] for head in heads], axis=1) for i in range(4))  # (B, H, P, ·)
-    return out, (x_hat, rstd, u, q, k, v, a)
+    out, heads = attention_heads(attn, u, key_mask)  # the autodiff path's own forward
+    return out, (x_hat, rstd, u, heads["q"], heads["k"], heads["v"], heads["weights"])  # (B, H, P, ·)
 
 
 @jax.custom_vjp

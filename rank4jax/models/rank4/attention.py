@@ -1,8 +1,7 @@
 """Rank-4 attention (SPEC §3).
 
 Axes: B windows, H heads, P = N·T query positions (x, t) and K = N·T key positions (x', t') of the
-joint grid, D = dx·dt the flattened fiber φ(n, q) = n·dt + q; G, R rows of a layout
-(``rank4jax.models.rank4.layout``).
+joint grid, D = dx·dt the flattened fiber φ(n, q) = n·dt + q.
 
 Every head keeps the full fiber: Q/K/V maps are D→D (no bias). The score contracts both fibers,
 scaled by 1/sqrt(D); an optional score term shared by every head (a variant's, see
@@ -17,16 +16,13 @@ import jax
 import jax.numpy as jnp
 
 from rank4jax.models.common import masked_softmax, uniform_fan_in
-from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.layout import Rows
 
 
-def init_attention(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
-    """WQ, WK, WV each (H, D, D), input fiber first, ~ U(±1/sqrt(D))."""
-    d = cfg.width
+def init_attention(key: jax.Array, n_heads: int, width: int, dtype=jnp.float32) -> dict:
+    """WQ, WK, WV each (H, D, D) for D = ``width`` = dx·dt, input fiber first, ~ U(±1/sqrt(D))."""
     keys = jax.random.split(key, 3)
-    shape = (cfg.n_heads, d, d)
-    return {name: uniform_fan_in(k, shape, d, dtype) for name, k in zip(("wq", "wk", "wv"), keys, strict=True)}
+    shape = (n_heads, width, width)
+    return {name: uniform_fan_in(k, shape, width, dtype) for name, k in zip(("wq", "wk", "wv"), keys, strict=True)}
 
 
 def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
@@ -42,26 +38,38 @@ def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array, extra: ja
     return masked_softmax(scores, mask)
 
 
-def attend_heads(
-    params: dict, u: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None, rows: Rows | None = None
-) -> tuple[jax.Array, list]:
-    """u (G, R, D) normalised rows → (Σ_h O_h at the rows (G, R, D), per head (Q, K, V, A) on the grid).
+def attention_heads(
+    params: dict, u: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None
+) -> tuple[jax.Array, dict]:
+    """Rank-4 attention (SPEC §3) of the normalised stream u (B, P, D) over each window's joint key
+    grid: the one implementation, which the trainer, the §6 block and ``rank4jax.nn`` all run.
 
-    key_mask (G·W, P); ``rows`` None: the rows are the grid (full or trimmed windows). Heads are
-    taken one at a time: each head's Q/K/V is one (G·R, D) × (D, D) matmul on the rows, moved to the
-    grid for the softmax; no (B, H, P, D) transpose is formed. The §6 analytic block runs this same
-    forward and keeps the per-head tensors for its backward (unused ones cost nothing under jit)."""
-    to_grid = (lambda t: t) if rows is None else rows.to_grid
-    out, saved = None, []
+    key_mask (B, K) bool (K = P); ``extra`` (B, P, K): a score term shared by every head (a score
+    variant's), or None. Returns Σ_h O_h (B, P, D) and the heads' tensors, each stacked on a head axis:
+    ``q``, ``k``, ``v`` (B, H, P, D) and ``weights`` A (B, H, P, K) (unused ones cost nothing under jit).
+    The heads are taken one at a time, each a (D, D) map of the rows: no (B, H, P, D) transpose is
+    formed for the matmuls."""
+    out, heads = None, []
     for h in range(params["wq"].shape[0]):
-        q, k, v = (to_grid(u @ params[name][h]) for name in ("wq", "wk", "wv"))
-        a = attention_weights(q, k, key_mask, extra)
-        o = jnp.einsum("bpk,bkd->bpd", a, v)
-        out = o if out is None else out + o
-        saved.append((q, k, v, a))
-    return (out if rows is None else rows.from_grid(out)), saved
+        q = jnp.einsum("bpd,de->bpe", u, params["wq"][h])  # Q_h = U·WQ_h   (B, P, D)
+        k = jnp.einsum("bkd,de->bke", u, params["wk"][h])  # K_h = U·WK_h   (B, K, D)
+        v = jnp.einsum("bkd,de->bke", u, params["wv"][h])  # V_h = U·WV_h   (B, K, D)
+        a = attention_weights(q, k, key_mask, extra)  # A_h: one softmax over the N·T keys (B, P, K)
+        o = jnp.einsum("bpk,bke->bpe", a, v)  # O_h = A_h·V_h  (B, P, D)
+        out = o if out is None else out + o  # Σ_h O_h: summed, no output map (B, P, D)
+        heads.append((q, k, v, a))
+    names = ("q", "k", "v", "weights")
+    return out, {name: jnp.stack([head[i] for head in heads], axis=1) for i, name in enumerate(names)}
 
 
-def joint_attention(params: dict, u: jax.Array, key_mask: jax.Array, extra=None, rows: Rows | None = None) -> jax.Array:
-    """Σ_h O_h at the rows (G, R, D): rank-4 attention of the normalised rows u (see :func:`attend_heads`)."""
-    return attend_heads(params, u, key_mask, extra, rows)[0]
+def rank4_attention(params: dict, x: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
+    """Rank-4 attention (SPEC §3) of a normalised stream x (B, *grid, dx, dt) — the stories' grid is
+    (N, T); any other grid (frames × patches, …) works the same — with key_mask (B, *grid) bool (True:
+    a key) → Σ_h O_h (B, *grid, dx, dt). One joint softmax runs over the whole key grid.
+
+    ``params``: {wq, wk, wv} (H, D, D) with D = dx·dt (``init_attention``); ``extra`` (B, P, K) over
+    the grid flattened in C order, or None. The functional layer of :func:`attention_heads`."""
+    batch, fiber = x.shape[0], x.shape[-2] * x.shape[-1]
+    u = x.reshape(batch, -1, fiber)  # grid flattened (C order), fibers flattened: (B, P, D)
+    out, _ = attention_heads(params, u, key_mask.reshape(batch, -1), extra)  # (B, P, D)
+    return out.reshape(x.shape)  # (B, *grid, dx, dt)

@@ -15,6 +15,7 @@ import numpy as np
 
 from rank4jax.models.common import sinusoid_table
 from rank4jax.models.rank4.config import Rank4Config
+from rank4jax.models.rank4.layout import window_rows
 from rank4jax.tokens import PAD_ID
 
 
@@ -56,10 +57,9 @@ def embed_rows(params: dict, rows, cfg: Rank4Config) -> jax.Array:
 
 
 def apply_embedding(params: dict, tok: jax.Array, cfg: Rank4Config) -> jax.Array:
-    """tok (B, N, T) int → X (B, N, T, dx, dt) in the parameters' dtype."""
+    """tok (B, N, T) int → X (B, N, T, dx, dt) in the parameters' dtype: :func:`embed_rows` of the
+    windows' rows (p = x·T + t), so the same values as the forward's."""
     batch = tok.shape[0]
     chex.assert_shape(tok, (batch, cfg.n_tokens, cfg.n_slices))
-    spatial, joint = position_tables(cfg, params["sem"].dtype)
-    x = embed_tokens(params, tok, spatial[:, None, :], joint)  # P (N, 1, dx) and R[x+t] (N, T, dt)
-    chex.assert_shape(x, (batch, cfg.n_tokens, cfg.n_slices, cfg.dx, cfg.dt))
-    return x
+    x = embed_rows(params, window_rows(jnp.swapaxes(tok, 1, 2)), cfg)  # (B, P, D)
+    return x.reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.dx, cfg.dt)

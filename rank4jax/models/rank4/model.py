@@ -1,4 +1,4 @@
-"""Composition of the rank-4 model (SPEC §2–§4): embedding → L Pre-LN layers → final LN → readout.
+"""Composition of the rank-4 model (SPEC §2–§4): embedding → L Pre-LN layers (``block``) → final LN → readout.
 
 Axes: B batch, T input slices, N tokens per state, dx/dt fibers, D = dx·dt, P = N·T positions
 (flattened as p = x·T + t; the joint softmax does not depend on this order), V vocabulary; G, R
@@ -20,15 +20,15 @@ layer and a score term to every head; the paper's model holds ``scores.STANDARD`
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models import common, scores
-from rank4jax.models.common import apply_mlp, init_layer_norm, init_mlp, layer_norm
-from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import attend_heads, init_attention
+from rank4jax.models import common
+from rank4jax.models.common import init_layer_norm, layer_norm
+from rank4jax.models.rank4.block import attention_sublayer, init_layer, pre_ln_block
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.embedding import embed_rows, init_embedding
 from rank4jax.models.rank4.layout import Rows, training_rows, window_rows
@@ -39,68 +39,19 @@ from rank4jax.models.rank4.readout import apply_readout, init_readout
 def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     """Initial parameters (SPEC §5). Use ``jax.eval_shape`` for shapes without allocating."""
     k_embed, k_readout, k_layers = jax.random.split(key, 3)
-    fiber = (cfg.dx, cfg.dt)
-    layers = []
-    for layer_key in jax.random.split(k_layers, cfg.n_layers):
-        k_attn, k_mlp = jax.random.split(layer_key)
-        layer = {
-            "ln_attn": init_layer_norm(fiber, dtype),
-            "attn": init_attention(k_attn, cfg, dtype),
-            "ln_mlp": init_layer_norm(fiber, dtype),
-            "mlp": init_mlp(k_mlp, cfg.width, dtype),
-        }
-        layers.append(layer | scores.init_layer_params(cfg.score, layer_key, cfg.width, dtype))
+    layer_keys = jax.random.split(k_layers, cfg.n_layers)
+    layers = [init_layer(k, cfg.dx, cfg.dt, cfg.n_heads, cfg.score, dtype) for k in layer_keys]
     return {
         "embed": init_embedding(k_embed, cfg, dtype),
         "readout": init_readout(k_readout, cfg.vocab_size, cfg.dt, cfg.width, dtype),
         "layers": layers,
-        "final_ln": init_layer_norm(fiber, dtype),
+        "final_ln": init_layer_norm((cfg.dx, cfg.dt), dtype),
     }
 
 
 def key_padding_mask(inputs: jax.Array) -> jax.Array:
     """inputs (B, T, N) → key_mask (B, P) bool, True where the token is not PAD (p = x·T + t)."""
     return window_rows(inputs).key_mask()
-
-
-def apply_layer(layer: dict, x: jax.Array, attend, cfg: Rank4Config, *, train: bool, rng, rows: Rows):
-    """One Pre-LN layer (SPEC §3–§4) on the stream x (G, R, D): x + Attn(LN(x)), then x + MLP(LN(x)),
-    dropout on each branch (``rng``: one key per window, or None). ``attend(layer, x, u)``: the
-    layer's attention of the normalised rows u (:func:`attention_of`, composed once per forward).
-    Returns the new stream, the score variant's auxiliary value and the heads' weights."""
-    rng_attn, rng_mlp = common.split_keys(rng)
-    with jax.named_scope("attention"):  # the names a profile shows (rank4jax.training.profiling)
-        u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])
-        attended, aux, weights = attend(layer, x, u)
-        x = x + rows.dropout(attended, cfg.dropout, rng_attn, train)
-    with jax.named_scope("mlp"):
-        u = layer_norm(x, layer["ln_mlp"]["scale"], layer["ln_mlp"]["bias"])
-        x = x + rows.dropout(apply_mlp(layer["mlp"], u), cfg.dropout, rng_mlp, train)
-    return x, aux, weights
-
-
-def attention_of(cfg: Rank4Config, rows: Rows, key_mask: jax.Array):
-    """``attend(layer, x, u) -> (Σ_h O_h, aux, weights (B, H, P, K) | None)`` for ``cfg``: the score
-    variant's term (``cfg.score``) added to every head's score, the heads computed on ``rows`` (any
-    layout), with autodiff's backward, or the §6 hand-derived one (``cfg.attention == "analytic"``:
-    full or trimmed windows, the paper's score; it normalises x itself inside its custom VJP)."""
-    if cfg.attention == "analytic":
-        if rows.grid is not None:
-            raise ValueError("the analytic (§6) backward runs on full or trimmed windows only")
-
-        def analytic(layer, x, u):
-            del u
-            return attention_block(x, layer["ln_attn"], layer["attn"], key_mask), jnp.zeros((), x.dtype), None
-
-        return analytic
-
-    def autodiff(layer, x, u):
-        del x
-        extra, aux = cfg.score.scores(scores.layer_params(cfg.score, layer), rows.to_grid(u), key_mask)
-        out, heads = attend_heads(layer["attn"], u, key_mask, extra, rows)
-        return out, aux, jnp.stack([a for _, _, _, a in heads], axis=1)  # unused weights: dropped under jit
-
-    return autodiff
 
 
 def hidden_rows(
@@ -121,17 +72,27 @@ def hidden_rows(
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
     rng = common.window_keys(rng, rows.n_windows)  # one key per window
-    x = embed_rows(params["embed"], rows, cfg) if embedded is None else embedded
+    x = embed_rows(params["embed"], rows, cfg) if embedded is None else embedded  # X at the rows (G, R, D)
     chex.assert_shape(x, rows.tokens.shape + (cfg.width,))
-    attend = attention_of(cfg, rows, rows.key_mask())
+    layer_fn = layer_of(cfg, rows, train)
     auxes = []
     for index, layer in enumerate(params["layers"]):
-        layer_rng = common.fold_in_keys(rng, index)
-        x, aux, _ = apply_layer(layer, x, attend, cfg, train=train, rng=layer_rng, rows=rows)
+        x, aux, _ = layer_fn(layer, x, rng=common.fold_in_keys(rng, index))  # (G, R, D)
         auxes.append(aux)
-    y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])
+    y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])  # Y (G, R, D)
     chex.assert_shape(y, rows.tokens.shape + (cfg.width,))
     return y, jnp.mean(jnp.stack(auxes))
+
+
+def layer_of(cfg: Rank4Config, rows: Rows, train: bool):
+    """``layer_fn(layer, x, rng) -> (x, aux, weights)``: the Pre-LN layer (``block.pre_ln_block``) with
+    ``cfg``'s attention sublayer, the layout's key mask and dropout, composed once per forward."""
+    return functools.partial(
+        pre_ln_block,
+        key_mask=rows.key_mask(),  # (B, K)
+        attention=attention_sublayer(cfg.attention, cfg.score, rows),
+        dropout=lambda y, keys: rows.dropout(y, cfg.dropout, keys, train),
+    )
 
 
 def loss_sums(params: dict, batch, cfg: Rank4Config, *, train: bool = False, rng=None) -> tuple[dict, jax.Array]:
@@ -176,11 +137,11 @@ def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[ja
     the autodiff block)."""
     batch, cfg = inputs.shape[0], dataclasses.replace(cfg, attention="autodiff")
     rows = window_rows(inputs)
-    x, attend = embed_rows(params["embed"], rows, cfg), attention_of(cfg, rows, rows.key_mask())
+    x, layer_fn = embed_rows(params["embed"], rows, cfg), layer_of(cfg, rows, train=False)
     grid = (cfg.n_tokens, cfg.n_slices)
     maps = []
     for layer in params["layers"]:
-        x, _, weights = apply_layer(layer, x, attend, cfg, train=False, rng=None, rows=rows)
+        x, _, weights = layer_fn(layer, x, rng=None)
         maps.append(weights.reshape((batch, cfg.n_heads) + grid + grid))
     return maps
 
