@@ -17,6 +17,12 @@ CHECKS = {
         "assert max(r[4] for r in rows) <= 1e-10, rows  # analytic vs autodiff, every parameter",
         "assert len(rows) == len(jax.tree_util.tree_leaves(g_auto))",
     ],
+    "flax_modules.ipynb": [
+        "assert losses[-1] < 0.05 and accuracy == 1.0, (losses[-1], accuracy)  # the class read from cell (0, 0)",
+        "np.testing.assert_allclose(np.asarray(weights).sum(axis=(-2, -1)), 1.0, rtol=1e-5)  # one joint softmax",
+        "assert mean_map[:, 0, 0].max() > 0.25  # a head attends to cell (0, 0), uniform is 1/24",
+        "assert g_wq.shape == (DX * DT, DX * DT) and np.abs(g_wq).max() > 0",
+    ],
     "inspect_checkpoint.ipynb": [
         "assert step == {best_step} and family.name == 'rank4'",
         "assert predicted.shape == (4, N)",
@@ -42,9 +48,10 @@ def test_notebook_executes(path, tiny_run, monkeypatch):
     kernel_dir = {"metadata": {"path": str(REPO / "notebooks")}}  # where Jupyter starts the kernel
     NotebookClient(nb, timeout=300, kernel_name="python3", resources=kernel_dir).execute()
     images = sum(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
-    assert images == {"gradients.ipynb": 3, "inspect_checkpoint.ipynb": 2}[os.path.basename(path)]  # every figure
+    figures = {"flax_modules.ipynb": 3, "gradients.ipynb": 3, "inspect_checkpoint.ipynb": 2}
+    assert images == figures[os.path.basename(path)]  # every figure
 
 
-def test_both_notebooks_are_found():
+def test_every_notebook_is_found():
     names = sorted(p.rsplit("/", 1)[-1] for p in glob.glob(str(REPO / "notebooks" / "*.ipynb")))
-    assert names == ["gradients.ipynb", "inspect_checkpoint.ipynb"]
+    assert names == ["flax_modules.ipynb", "gradients.ipynb", "inspect_checkpoint.ipynb"]

@@ -8,7 +8,7 @@ README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 def test_the_readmes_python_blocks_run(tiny_run, capsys):
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     for block in blocks:
         exec(compile(block.replace('"runs/default"', repr(str(tiny_run))), "README.md", "exec"), {})
     printed = capsys.readouterr().out
