@@ -234,8 +234,8 @@ def test_profile_steps_write_a_trace_and_the_log_carries_model_flops(tmp_path, c
     cfg = get_family("rank4").make_config(config.model, load_run(str(tmp_path), "latest").tokenizer.vocab_size)
     for record in read_metrics(str(tmp_path))["train"]:
         expected = record["windows_per_s"] * 3 * flops.rank4_forward(cfg) / jax.device_count()
-        assert record["model_flops_per_s_per_device"] == pytest.approx(expected, rel=1e-12)
-        assert "mfu" not in record  # no bf16 peak for a CPU
+        assert record["analytic_flops_per_s_per_device"] == pytest.approx(expected, rel=1e-12)
+        assert "mfu" not in record and "analytic_mfu" not in record  # no peak for a CPU
 
 
 def test_accelerator_check_runs_end_to_end_at_a_tiny_size(capsys):
@@ -263,5 +263,44 @@ def test_the_logged_xla_flops_are_the_compiled_steps_cost_analysis(tmp_path):
     config = tiny_config(num_steps=4, log_every=2, batch_layout="auto", compact_buckets=0, trim_padding_multiple=8)
     assert train(config, str(tmp_path))["batch_layout"] in ("trimmed", "full")
     records = read_metrics(str(tmp_path))["train"]
-    first, second = (r["xla_flops_per_s"] * r["interval_s"] for r in records)
+    first, second = (r["xla_flops_per_s_per_device"] * r["interval_s"] for r in records)
     assert [r["step"] for r in records] == [2, 4] and first == pytest.approx(second, rel=1e-9) and first > 0
+
+
+def test_mfu_is_the_compiled_flops_over_the_compute_dtypes_peak():
+    """``mfu`` = XLA's per-device FLOP/s over the peak of the run's compute dtype; ``analytic_mfu`` the
+    full-width analytic count over the same peak; neither without a known peak."""
+    from rank4jax.training.utilization import peak_flops, utilization
+
+    class Device:
+        def __init__(self, kind):
+            self.device_kind = kind
+
+    assert peak_flops(Device("NVIDIA H200"), "bfloat16") == 989e12
+    assert peak_flops(Device("NVIDIA H200"), "float32") == 67e12
+    assert peak_flops(Device("NVIDIA H100 PCIe"), "float32") == 51e12
+    assert peak_flops(Device("TPU v5 lite"), "float32") is None  # float32 matmuls run as bf16 passes there
+    assert peak_flops(jax.devices()[0], "bfloat16") is None
+    assert utilization(100.0, 3e9, 5e11, 2, 1e12) == {
+        "xla_flops_per_s_per_device": 5e11,
+        "analytic_flops_per_s_per_device": 1.5e11,
+        "mfu": 0.5,
+        "analytic_mfu": 0.15,
+    }
+    assert utilization(100.0, None, 5e11, 1, None) == {"xla_flops_per_s_per_device": 5e11}
+
+
+def test_xla_counts_a_sharded_programs_flops_per_device():
+    """The count ``CompiledStep`` adds is the partitioned program's: a matmul whose rows are split over
+    the two devices counts half of 2·64³ (so the log's figure is per device)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rank4jax.engine.programs import CompiledStep
+
+    mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    x = jax.device_put(jnp.ones((64, 64)), NamedSharding(mesh, P("data", None)))
+    w = jax.device_put(jnp.ones((64, 64)), NamedSharding(mesh, P()))
+    step = CompiledStep(jax.jit(lambda a, b: a @ b), max_shapes=1)
+    step(x, w)
+    assert step.flops_done == 64**3

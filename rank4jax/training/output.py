@@ -25,7 +25,7 @@ from rank4jax.training.metrics import (
     training_seconds,
     write_json,
 )
-from rank4jax.training.utilization import bf16_peak_flops, utilization
+from rank4jax.training.utilization import peak_flops, utilization
 
 
 class Output:
@@ -48,11 +48,12 @@ class Output:
             dynamic_ncols=True,
         )
         self.pending, self.since = [], time.perf_counter()  # the step metrics not yet fetched, and since when
-        # the train step's analytic FLOPs per window, the devices sharing them, the device's bf16 peak
+        # the train step's analytic FLOPs per window, the devices sharing them, the device's peak in
+        # the run's compute dtype (rank4jax.training.utilization)
         self.flops = (
             train_flops_per_window(run.family, run.model_cfg),
             run.programs.mesh.devices.size,
-            bf16_peak_flops(run.programs.mesh.devices.flat[0]),
+            peak_flops(run.programs.mesh.devices.flat[0], run.config.compute_dtype),
         )
 
     def __enter__(self):
@@ -87,15 +88,15 @@ class Output:
 
     def log_train(self, step: int) -> None:
         record = _train_record(self.pending, step, self.since, self.run.config.batch_size, self.start)
-        record |= utilization(record["windows_per_s"], *self.flops)
-        # what the compiled steps really computed (PAD positions skipped)
+        # what the compiled steps really computed (PAD positions skipped); XLA's count of a sharded
+        # program is its per-device part
         done, self.flops_logged = self.run.step_fn.flops_done - self.flops_logged, self.run.step_fn.flops_done
-        record["xla_flops_per_s"] = done / record["interval_s"]
+        analytic, n_devices, peak = self.flops
+        record |= utilization(record["windows_per_s"], analytic, done / record["interval_s"], n_devices, peak)
         self.writer.write(record)
         shown = {"loss": f"{record['loss']:.3f}", "lr": f"{record['learning_rate']:.2g}"}
         shown["win_s"] = f"{record['windows_per_s']:.0f}"
-        if "model_flops_per_s_per_device" in record:
-            shown["tflops"] = f"{record['model_flops_per_s_per_device'] / 1e12:.3g}"
+        shown["tflops"] = f"{record['xla_flops_per_s_per_device'] / 1e12:.3g}"
         if "mfu" in record:
             shown["mfu"] = f"{record['mfu']:.1%}"
         self.bar.set_postfix(shown)
