@@ -78,7 +78,7 @@ def main(argv):
     print(json.dumps(headline, indent=2))
     if report.get("examples"):
         print(f"examples (predicted: {report['prediction']}):")
-    for ex in report.get("examples", [])[:3]:
+    for ex in report.get("examples", []):  # every example asked for (--examples), as written to the report
         print(f"  gold:      {ex['gold']}\n  predicted: {ex['predicted']}")
     if "rollout_mean_ce" in report:
         scored = [round(v, 4) for v in report["rollout_mean_ce"] if v is not None]  # steps with a gold sentence

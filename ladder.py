@@ -24,6 +24,8 @@ from rank4jax.startup import exit_on_signals
 
 exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
 
+import math
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -78,6 +80,8 @@ def _given() -> dict:
         if name not in lad.FAMILIES:
             raise ConfigError(f"--learning_rates: unknown family {name!r} in {pair!r}")
         given[name] = _numbers("learning_rates", [rate], float)[0]
+        if not (given[name] > 0 and math.isfinite(given[name])):
+            raise ConfigError(f"--learning_rates: {name}'s rate must be positive and finite, got {rate}")
     return given
 
 
@@ -90,8 +94,9 @@ def main(argv):
     def go():
         if _STATUS.value:
             return {"table": lad.status(config_value(_CONFIG), _WORKDIR.value, _plan(), _given())}
-        evaluate = lad.evaluator(_SPLIT.value, _CLOZE.value or None, _CONTEXTS.value)
-        plan, given, base = _plan(), _given(), config_value(_CONFIG)
+        base = config_value(_CONFIG)
+        evaluate = lad.evaluator(_SPLIT.value, _CLOZE.value or None, _CONTEXTS.value, config=base)
+        plan, given = _plan(), _given()
         return lad.ladder(base, _WORKDIR.value, plan, given=given, only=_ONLY.value, evaluate=evaluate)
 
     result = run_experiment("ladder", go)

@@ -50,7 +50,7 @@ def main(argv):
         print(f"  ({prediction.unknown} word(s) outside the vocabulary; {prediction.cut} sentence(s) cut to N tokens)")
     print(f"prediction: {prediction.kind}")
     for k, state in enumerate(prediction.states):
-        print(f"  Ŝ({t + k}): {state.text}")
+        print(f"  Ŝ({t + k}): {state.text or '(nothing: the model ended the sentence at once)'}")
         print("         " + " ".join(f"{piece} ({prob:.2f})" for piece, prob in state.tokens))
 
 

@@ -29,12 +29,12 @@ def run_reporting_user_errors(fn, *args, **kwargs):
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag or an unknown
     ``--config.<key>`` override becomes one line on stderr and exit status 2. Every command line
-    passes here first, so this is also where the libraries' noise is filtered (``rank4jax.noise``)."""
+    passes here first, so this is also where the libraries' log filters are installed (``rank4jax.noise``)."""
     from absl import flags
 
     from rank4jax import noise
 
-    noise.install()
+    noise.install_log_filters()
 
     try:
         return flags.FLAGS(argv)
@@ -190,20 +190,15 @@ def stop_on_signals(what: str, after: str = "no report was written after it"):
     """SIGINT/SIGTERM during a command that has nothing to save (evaluation), or whose training stages
     save on their own (experiments): one line on stderr (``stopped: <SIGNAL> during <what>; <after>``)
     and exit status 130/143, no traceback. The signal is recorded before it interrupts, so an interrupt
-    that a library catches and swallows (or that lands in a gc callback, where Python only reports
-    it) still stops the command when the block ends."""
+    that a library catches and swallows (or that lands in a finalizer, where Python only prints it as
+    "Exception ignored") still stops the command when the block ends."""
     received = []
 
     def handler(signum, frame):
         received.append(signum)
         raise KeyboardInterrupt
 
-    def unraisable(info):  # the interrupt landed in a callback (a gc hook): recorded above, not printed
-        if not issubclass(info.exc_type, KeyboardInterrupt):
-            previous_unraisable(info)
-
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    previous_unraisable, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     except KeyboardInterrupt as e:  # a run that was starting (SignalInterrupt: which signal), or a Ctrl-C
@@ -211,7 +206,6 @@ def stop_on_signals(what: str, after: str = "no report was written after it"):
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        sys.unraisablehook = previous_unraisable
     if received:
         name = signal.Signals(received[0]).name
         say(f"stopped: {name} during {what}; {after}")

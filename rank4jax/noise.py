@@ -1,29 +1,54 @@
-"""What orbax, TensorStore and asyncio print about failures this project reports itself, filtered
-out in one place: ``install()``, called once by every command line (``cli.parse_flags``) and by the
-test suite, never on import. A notebook that wants the same quiet calls it too.
+"""Log filters for what orbax and asyncio log about situations this project handles or reports itself,
+installed by every command line (``cli.parse_flags``) on the named loggers they log through, never on
+import and never by the library: a notebook or a test sees the libraries' logs as they are.
 
-- Log records (absl and asyncio loggers): orbax's warnings about what this project does on purpose
-  (a preemption save without a validation loss, read-only managers for evaluation) or about the
-  optional step metadata file, which orbax does without; its error logs and asyncio's "Task
-  exception was never retrieved" about a failed save (a full disk: reported in one line by
-  ``storage.storage_error``) or a failed read (reported by ``damage.first_readable``).
-- Tracebacks: after a failed read or save, orbax's pending reads or writes of the other arrays fail
-  in the background, and TensorStore's callbacks find asyncio's loop closed and print tracebacks
-  (dozens, some after the read returned or the run stopped) through ``sys.unraisablehook`` or
-  ``sys.excepthook``; those are dropped, anything else is passed on.
+Filtered (``LibraryLogFilter``): orbax's warnings about what this project does on purpose (a
+preemption save without a validation loss, read-only managers for evaluation) or about the optional
+step metadata file, which orbax does without; its error logs and asyncio's "Task exception was never
+retrieved" about a failed save whose cause is a storage fault (a full disk, a quota, a read-only or
+forbidden directory: reported in one line by ``checkpoint.storage.storage_error``), or about the reads
+of the other arrays of a checkpoint whose first failed read rank4jax reports as damage.
+
+No exception hook is installed anywhere. orbax's abandoned reads after a failed restore are closed
+where the failure is handled (``checkpoint.storage.close_abandoned_reads``); any other traceback a
+library prints from one of its threads or a finalizer (TensorStore's callbacks finding asyncio's
+loop closed) is left as the library prints it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
-import sys
+import os
+import re
 
-STORAGE_FAILURES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
-LIBRARY_NOISE = ("Event loop is closed", "reading array index", "TensorStore")
+# the storage faults a failed save is reported as (checkpoint.storage.storage_error), by errno
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
 _LOGGERS = ("absl", "asyncio")
 
 
-class OrbaxNoise(logging.Filter):
+TENSORSTORE_ERRNO = re.compile(r"\[os_error_code='(\d+)'\]")  # how TensorStore's errors carry the errno
+
+
+def storage_fault(error: BaseException | None) -> OSError | None:
+    """The storage fault behind a library exception: the first OSError of its cause/context chain
+    whose errno is one of ``STORAGE_ERRNOS`` (no space, quota, read-only, permission), or the errno a
+    TensorStore error of the chain carries (its ``[os_error_code='28']``); None for any other."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            return error
+        code = TENSORSTORE_ERRNO.search(str(error))
+        if code and int(code.group(1)) in STORAGE_ERRNOS:
+            return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class LibraryLogFilter(logging.Filter):
+    """Drops orbax's and asyncio's records about what rank4jax does on purpose or reports itself."""
+
     MESSAGES = (
         "did not provide metrics",
         "setting save_interval_steps=0",
@@ -37,29 +62,32 @@ class OrbaxNoise(logging.Filter):
             return False
         if record.levelno < logging.ERROR or not ("/orbax/" in record.pathname or "never retrieved" in message):
             return True
-        text = f"{message} {record.exc_info[1] if record.exc_info else ''}"
-        return not any(phrase in text for phrase in (*STORAGE_FAILURES, *LIBRARY_NOISE))
+        error = record.exc_info[1] if record.exc_info else None
+        return not (storage_fault(error) is not None or _from_orbax(error) or _checkpoint_read(error))
 
 
-def is_noise(error) -> bool:
-    return any(text in str(error) for text in LIBRARY_NOISE)
+def _checkpoint_read(error: BaseException | None) -> bool:
+    """A TensorStore read of a checkpoint's OCDBT database (orbax's format) that failed beside the one
+    rank4jax reports: TensorStore sets it on an asyncio future from C++, with no Python frame to tell
+    its origin by, so its message names the database."""
+    return isinstance(error, ValueError) and "in OCDBT database at" in str(error)
 
 
-def install() -> None:
-    """The log filters and the traceback hooks above, once per process."""
-    if getattr(sys.unraisablehook, "rank4jax_quiet", False):
-        return
+def _from_orbax(error: BaseException | None) -> bool:
+    """Whether an exception was raised in orbax's code (its traceback passes through it): a read or write
+    of one array, failing beside the one whose failure rank4jax reports (a damaged checkpoint, a failed
+    save), logged by asyncio as "exception was never retrieved"."""
+    tb = error.__traceback__ if error is not None else None
+    while tb is not None:
+        if "/orbax/" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def install_log_filters() -> None:
+    """The filter on each named logger, once per process."""
     for name in _LOGGERS:
-        logging.getLogger(name).addFilter(OrbaxNoise())
-    previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
-
-    def unraisable(info):
-        if not is_noise(info.exc_value):
-            previous_unraisable(info)
-
-    def excepthook(exc_type, exc_value, tb):
-        if not is_noise(exc_value):
-            previous_except(exc_type, exc_value, tb)
-
-    unraisable.rank4jax_quiet = True
-    sys.unraisablehook, sys.excepthook = unraisable, excepthook
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, LibraryLogFilter) for f in logger.filters):
+            logger.addFilter(LibraryLogFilter())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 
 import jax
@@ -62,10 +63,12 @@ def _check(run, sentences, rollout, temperature, top_k) -> None:
         raise ConfigError(f"this {family.name} model reads T = {n_slices} sentences; got {len(sentences)}")
     if isinstance(rollout, bool) or not isinstance(rollout, int) or rollout < 0:
         raise ConfigError(f"rollout must be a non-negative integer, got {rollout!r}")
-    if not (isinstance(temperature, int | float) and temperature >= 0):
-        raise ConfigError(f"temperature must be a non-negative number (0 = greedy), got {temperature!r}")
+    if not (isinstance(temperature, int | float) and math.isfinite(temperature) and temperature >= 0):
+        raise ConfigError(f"temperature must be a non-negative finite number (0 = greedy), got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ConfigError(f"top_k must be a non-negative integer (0 = every token), got {top_k!r}")
+    if top_k > run.tokenizer.vocab_size:
+        raise ConfigError(f"top_k={top_k} is more than the model's {run.tokenizer.vocab_size} tokens (0 = every token)")
     if top_k and not temperature:
         raise ConfigError("top_k applies when sampling: give a temperature > 0 as well")
     if not family.decodes and (temperature or top_k):

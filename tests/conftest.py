@@ -62,10 +62,6 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 import pytest  # noqa: E402
 
-from rank4jax import noise  # noqa: E402
-
-noise.install()  # as every command line does (cli.parse_flags): the tests see what a user sees
-
 SHARED_CLOZE = REPO.parent / "shared" / "data" / "storycloze_val_2016.csv"
 
 

@@ -2,7 +2,9 @@
 
 import glob
 import importlib.util
+import math
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ import pytest
 from rank4jax.engine import sharding
 from rank4jax.engine.programs import build_programs, optim_key
 from rank4jax.engine.run_config import validate
+from rank4jax.errors import ConfigError
 from rank4jax.models.family import get_family
 from tests.conftest import REPO
 from tests.launcher import run
@@ -241,3 +244,30 @@ def test_a_config_without_the_later_keys_reads_as_the_runs_saved_before_them():
     sources = [p for p in (REPO / "rank4jax").rglob("*.py") if p.name != "run_config.py"]
     defaulted = [f"{p.name}: {m}" for p in sources for m in re.findall(r"config\.get\([^)]*,[^)]*\)", p.read_text())]
     assert defaulted == []
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("learning_rate", math.inf, "optim.learning_rate must be positive and finite, got inf"),
+        ("weight_decay", math.nan, "optim.weight_decay must be a non-negative finite number, got nan"),
+        ("weight_decay", math.inf, "optim.weight_decay must be a non-negative finite number, got inf"),
+    ],
+)
+def test_non_finite_optimiser_settings_are_refused_before_training(key, value, message):
+    """They passed validation and ended as "diverged … try a lower learning_rate"."""
+    from configs import default
+
+    config = default.get_config()
+    config.optim[key] = value
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        validate(config)
+
+
+def test_a_fractional_step_is_refused(tiny_run):
+    """load_run(W, 2.5) loaded step 2."""
+    from rank4jax.errors import CheckpointError
+    from rank4jax.runs import load_run
+
+    with pytest.raises(CheckpointError, match=r"whole number, got 2\.5"):
+        load_run(str(tiny_run), 2.5)

@@ -7,6 +7,7 @@ Each fault ends in one ``error:`` line that names its cause, with nothing alread
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -624,7 +625,8 @@ def test_a_failed_saves_partial_directory_is_removed_at_the_next_start(tiny_run_
 
 def test_opening_the_checkpoints_removes_partial_directories_before_it_returns(tmp_path):
     """orbax's clean-up runs in a thread it does not join on close: a refused run that then removed
-    its empty checkpoints/ raced it (a traceback from that thread). Opening now waits for it."""
+    its empty checkpoints/ raced it (a traceback from that thread). rank4jax removes them itself before
+    the manager is built, and orbax's is off."""
     partial = tmp_path / "checkpoints" / "8.orbax-checkpoint-tmp"
     (partial / "state").mkdir(parents=True)
     ckpt = storage.RunCheckpoints(str(tmp_path))
@@ -740,6 +742,12 @@ def test_cloze_contexts_settings_and_data_are_one_line_each(tiny_run, tmp_path):
     with pytest.raises(DataError) as caught:
         context_spread(str(tiny_run), str(rocstories), ks=(8,), draws=2)
     assert str(caught.value).startswith(f"{rocstories} holds 0 Story Cloze stories (a context, two endings")
+    import rank4jax.experiments.cloze_contexts as cloze_contexts
+
+    with pytest.MonkeyPatch.context() as patch:  # a file whose one story the run trained on
+        patch.setattr(cloze_contexts, "check_held_out", lambda *args, **kwargs: 1)
+        with pytest.raises(ConfigError, match="^1 of the 1 stories of .* are stories this run trained on"):
+            context_spread(str(tiny_run), str(rocstories), ks=(8,), draws=2)
     out = launcher.run("cloze_contexts.py", f"--workdir={tiny_run}", "--cloze_data=x.csv", "--ks=a")
     assert (out.returncode, out.stderr) == (2, "error: --ks must be whole numbers separated by commas, got 'a'\n")
 
@@ -808,18 +816,16 @@ def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(t
     assert f"{expected}; K = 2 is used\n" in capsys.readouterr().err
 
 
-def test_the_private_orbax_hooks_rank4jax_uses_are_still_there():
-    """The two places where rank4jax goes through orbax's private API, for want of a public one in
+def test_the_private_orbax_hook_rank4jax_uses_is_still_there():
+    """The one place where rank4jax goes through orbax's private API, for want of a public one in
     orbax-checkpoint 0.12: ``storage._Manager._get_metrics`` (a damaged metrics file read as absent
-    instead of raising from the manager's constructor) and ``_maybe_await_cleanup_tmp_directory``
-    (waiting for the background clean-up of partial saves). An orbax upgrade that renames or
-    reshapes either fails here rather than silently changing what a damaged workdir does."""
+    instead of raising from the manager's constructor). An orbax upgrade that renames or reshapes it
+    fails here rather than silently changing what a damaged workdir does."""
     import inspect
 
     import orbax.checkpoint as ocp
 
     assert list(inspect.signature(ocp.CheckpointManager._get_metrics).parameters) == ["self", "step"]
-    assert list(inspect.signature(ocp.CheckpointManager._maybe_await_cleanup_tmp_directory).parameters) == ["self"]
     assert storage._Manager._get_metrics is not ocp.CheckpointManager._get_metrics  # the override is in force
 
 
@@ -846,3 +852,126 @@ def test_checkpoints_name_the_standard_handler_and_restore_parameters_alone(tiny
     assert jax.tree.structure(params) == jax.tree.structure(whole["params"])
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(whole["params"]), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_device_or_a_fifo_as_data_is_refused_unread(kind, tmp_path):
+    """/dev/zero spun at 100 % CPU (the data was hashed before the "not a file" check) and a FIFO with
+    no writer blocked; both are one DataError now, before anything is read."""
+    path = "/dev/zero"
+    if kind == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    with pytest.raises(DataError, match=f"^data path is not a file: {re.escape(path)}$"):
+        train(tiny_config(**{"data.source": "file", "data.path": path}), str(tmp_path / "run"))
+
+
+def test_a_symlinked_checkpoint_directory_is_refused_and_its_target_untouched(tiny_run_copy, tmp_path):
+    """A crafted workdir whose checkpoints/ links to another run's: the resumed run wrote into that
+    run and its keep policy deleted that run's checkpoints. Now one WorkdirError, nothing written."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run_copy / "checkpoints", other)
+    shutil.rmtree(tiny_run_copy / "checkpoints")
+    os.symlink(other, tiny_run_copy / "checkpoints")
+    before = sorted(os.listdir(other))
+    config = tiny_config(num_steps=10)
+    with pytest.raises(WorkdirError, match=f"checkpoints is a symbolic link \\(to {re.escape(str(other))}\\)"):
+        train(config, str(tiny_run_copy))
+    assert sorted(os.listdir(other)) == before
+
+
+def test_raising_num_steps_under_a_decaying_schedule_says_the_rate_jump(tmp_path, capsys):
+    """A cosine run resumed with more steps re-stretches the decay; the resume says by how much the
+    rate at the resumed step moves, not only "num_steps: 6 → 10"."""
+    from rank4jax.engine.state import learning_rate_schedule
+
+    config = tiny_config(**{"optim.schedule": "cosine"})
+    train(config, str(tmp_path))
+    longer = tiny_config(**{"optim.schedule": "cosine", "num_steps": 10})
+    train(longer, str(tmp_path))
+    before = float(learning_rate_schedule(config.optim, 6)(6))
+    after = float(learning_rate_schedule(longer.optim, 10)(6))
+    expected = (
+        f"rank4jax: warning: num_steps 6 → 10 stretches the cosine decay over the new length: the learning "
+        f"rate at step 6 goes from {before:.3g} to {after:.3g}"
+    )
+    assert expected in capsys.readouterr().err
+
+
+def test_json_files_of_the_wrong_shape_are_read_as_absent(tmp_path, capsys):
+    """A run's config.json {"optim": 5}, a train_summary.json [1] and metrics records without their
+    figures crashed ladder.py (and train.py at the end of training) on every rerun; each is now read as
+    absent, with a warning naming it."""
+    from rank4jax.experiments import ladder as lad
+    from rank4jax.training.metrics import read_json, read_metrics, training_seconds
+
+    (tmp_path / "train_summary.json").write_text("[1]")
+    assert read_json(str(tmp_path / "train_summary.json"), "the run's summary") is None
+    assert "holds a JSON list, not an object; read as absent" in capsys.readouterr().err
+    lines = [
+        {"step": 2, "split": "train", "loss": 1.0, "windows_per_s": 8.0, "interval_s": 2.0},
+        {"step": 4, "split": "train", "loss": 1.0},  # no windows_per_s
+        {"step": 4, "split": "validation", "window_ce": 2.0},  # no last_slice_ce
+        {"step": 6, "split": "validation", "window_ce": 2.0, "last_slice_ce": 3.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    metrics = read_metrics(str(tmp_path))
+    assert [r["step"] for r in metrics["train"]] == [2] and [r["step"] for r in metrics["validation"]] == [6]
+    assert "2 unreadable line(s) skipped" in capsys.readouterr().err
+    assert training_seconds(metrics["train"], 8) == 2.0
+    run = tmp_path / "d8" / "rank4"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text('{"optim": 5}')
+    lad.check_trained_rates(str(tmp_path), {"d8/rank4": tiny_config()})  # no rate known: nothing refused
+    (run / "diverged.json").write_text("{}")
+    assert lad.train_run("d8/rank4", tiny_config(), str(run)) is None  # recorded as diverged, no error text
+
+
+def test_orbax_reads_abandoned_by_a_failed_restore_are_closed_where_it_is_handled():
+    """orbax leaves the other arrays' reads suspended when one fails, and turns the GeneratorExit of
+    their close() into an Exception: collected later, each printed "Exception ignored" with a traceback
+    (dozens for one damaged checkpoint). ``close_abandoned_reads`` closes them in the except block of
+    the failed restore, catching that exception; it fails here if orbax renames its read coroutine."""
+    from orbax.checkpoint._src.serialization import serialization
+
+    assert hasattr(serialization, storage.ORBAX_READ)
+
+    class Suspend:
+        def __await__(self):
+            yield
+
+    async def _read_array_index_and_device_put():  # orbax's read, as it behaves on close()
+        try:
+            await Suspend()
+        except GeneratorExit:
+            raise Exception("Encountered error while reading array index") from None  # noqa: TRY002
+
+    _read_array_index_and_device_put.__code__ = _read_array_index_and_device_put.__code__.replace(
+        co_filename="/site-packages/orbax/checkpoint/_src/serialization/serialization.py"
+    )  # where orbax's read lives
+    read = _read_array_index_and_device_put()
+    read.send(None)  # suspended at its await, as an abandoned read is
+    assert storage.close_abandoned_reads() == 1 and read.cr_frame is None
+
+
+def test_the_log_filter_drops_what_rank4jax_reports_itself_and_passes_the_rest():
+    import errno
+    import logging
+
+    from rank4jax.noise import LibraryLogFilter
+
+    def record(message, error=None, level=logging.ERROR):
+        info = (type(error), error, error.__traceback__) if error is not None else None
+        return logging.LogRecord("asyncio", level, "/x/asyncio/base_events.py", 1, message, (), info)
+
+    full = RuntimeError("save failed")
+    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    read = ValueError('OUT_OF_RANGE: Error reading "params.w/0" in OCDBT database at local file "/r/"')
+    keep = LibraryLogFilter().filter
+    assert not keep(record("Task exception was never retrieved", full))  # a full disk: storage_error says it
+    assert not keep(record("Future exception was never retrieved", read))  # a damaged checkpoint's other reads
+    tensorstore = ValueError("RESOURCE_EXHAUSTED: Failed writing: \"/r/d/5\": No space [os_error_code='28']")
+    assert not keep(record("Task exception was never retrieved", tensorstore))  # its errno, ENOSPC
+    assert keep(record("Task exception was never retrieved", ValueError("something else")))
+    assert keep(record("Task exception was never retrieved", OSError(errno.EIO, "Input/output error")))
+    assert not keep(record("orbax: ... did not provide metrics ...", level=logging.WARNING))

@@ -20,6 +20,19 @@ def test_fiber_widths_and_refusals():
         lad.fiber(96)
     with pytest.raises(ConfigError, match="sweep_steps must be a positive integer, got 0"):
         lad.check_plan(lad.LadderPlan(sweep_steps=0))
+    with pytest.raises(ConfigError, match=r"learning rates must be positive, finite and at least one, got \(inf,\)"):
+        lad.check_plan(lad.LadderPlan(rates=(math.inf,)))
+
+
+def test_settings_that_only_the_evaluation_reads_are_refused_before_any_training(tmp_path):
+    with pytest.raises(ConfigError, match="--cloze_contexts must be a non-negative integer"):
+        lad.evaluator("test", None, -1)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=f"--workdir={tmp_path}/file is not a directory"):
+        lad.status(tiny_config(), str(tmp_path / "file"), lad.LadderPlan())
+    own = tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "file")})
+    with pytest.raises(ConfigError, match="is the models' own training data"):  # as compare.py refuses it
+        lad.evaluator("test", str(tmp_path / "file"), 8, config=own)
 
 
 def test_linear_fit_and_crossing_by_hand():

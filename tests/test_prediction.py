@@ -66,6 +66,11 @@ def test_baseline_prediction_is_its_free_running_decode(tiny_baseline_run):
     assert [p for p, _ in top1.tokens] == [p for p, _ in state.tokens]
     sampled = predict_next(run, sentences, temperature=5.0, seed=3).states[0]
     assert sampled == predict_next(run, sentences, temperature=5.0, seed=3).states[0]  # the seed's draw
+    vocab = run.tokenizer.vocab_size
+    with pytest.raises(ConfigError, match=f"top_k={vocab + 1} is more than the model's {vocab} tokens"):
+        predict_next(run, sentences, temperature=1.0, top_k=vocab + 1)
+    with pytest.raises(ConfigError, match="temperature must be a non-negative finite number"):
+        predict_next(run, sentences, temperature=float("inf"))
 
 
 def test_another_familys_parameters_are_refused_naming_the_family(tiny_baseline_run):

@@ -274,6 +274,27 @@ def test_training_seconds_sum_the_logged_intervals_of_every_start():
     assert training_seconds([], batch_size=8) == 0.0
 
 
+def test_the_logged_training_time_leaves_the_compilation_out(tmp_path, monkeypatch):
+    """The first interval starts once the train step is compiled: a compile that took 10⁶ s (a
+    clock moved on by that much while it ran) is not in the run's training time."""
+    import time
+
+    from rank4jax.training import loop
+
+    offset, real_clock, compile_first = [0.0], time.perf_counter, loop._compile_on_first_batch
+
+    def slow_compile(*args):
+        batch = compile_first(*args)
+        offset[0] += 1e6
+        return batch
+
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + offset[0])
+    monkeypatch.setattr(loop, "_compile_on_first_batch", slow_compile)
+    summary = train(tiny_config(), str(tmp_path))
+    assert offset[0] == 1e6 and summary["training_time_s"] < 1e5
+    assert all(r["interval_s"] < 1e5 for r in read_metrics(str(tmp_path))["train"])
+
+
 def test_plot_command(tiny_run_copy):
     from tests import launcher
 
@@ -477,7 +498,7 @@ def test_an_event_file_that_cannot_be_written_is_one_warning_and_the_log_goes_on
     monkeypatch.setattr(EventFile, "add_scalars", full_disk)
     with MetricsWriter(str(tmp_path)) as writer:
         for step in (1, 2):
-            writer.write({"step": step, "split": "train", "loss": 2.5})
+            writer.write({"step": step, "split": "train", "loss": 2.5, "windows_per_s": 8.0})
     assert [r["step"] for r in read_metrics(str(tmp_path))["train"]] == [1, 2]
     assert capsys.readouterr().err == (
         f"rank4jax: warning: the TensorBoard event file in {tmp_path} stops here: No space left on device\n"
@@ -486,7 +507,10 @@ def test_an_event_file_that_cannot_be_written_is_one_warning_and_the_log_goes_on
 
 def test_a_damaged_metrics_log_is_read_around_its_bad_lines(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
-    good = [{"step": 1, "split": "train", "loss": 2.0}, {"step": 2, "split": "validation", "window_ce": 1.5}]
+    good = [
+        {"step": 1, "split": "train", "loss": 2.0, "windows_per_s": 8.0},
+        {"step": 2, "split": "validation", "window_ce": 1.5, "last_slice_ce": 2.5},
+    ]
     path.write_bytes(
         (json.dumps(good[0]) + '\n3\n\xff\xfe garbage\n{"split": "train"}\n' + json.dumps(good[1]) + "\n").encode(
             "latin-1"

@@ -9,12 +9,15 @@ could delete the newest checkpoint and break resume. What to do with an unreadab
 from __future__ import annotations
 
 import contextlib
+import errno
+import gc
 import glob
+import inspect
 import json
 import os
 import shutil
 import tempfile
-import warnings
+import types
 
 import grain
 import jax
@@ -25,7 +28,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, reason
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
-from rank4jax.noise import STORAGE_FAILURES
+from rank4jax.noise import storage_fault
 
 # A validated checkpoint's metrics: the run's selection loss (config.selection) under SELECTION_METRIC,
 # with the validation window loss and LS(T) beside it. Checkpoints written before selection became a
@@ -57,35 +60,23 @@ CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
 
 
-def _os_error(error: BaseException) -> OSError | None:
-    """The OSError behind a library exception (its cause/context chain), if any."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno:
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
-
-
 def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseException:
     """A failed save as one WorkdirError: the step whose save failed (``step``: the caller knows which
     save it waited for; an earlier one whose partial directory is still there counts first), the cause
-    (no space, quota, read-only, permission) and every checkpoint intact on disk. The failed save's
-    partial directory is removed. Not a storage problem: the exception itself (a bug keeps its
-    traceback)."""
-    os_error, text = _os_error(error), str(error)
-    phrase = next((p for p in STORAGE_FAILURES if p in text), None)
-    if os_error is None and phrase is None:
+    (by the errno of the OSError behind it: no space, quota, read-only, permission) and every checkpoint
+    intact on disk. The failed save's partial directory is removed. Not a storage fault: the exception
+    itself (a bug keeps its traceback)."""
+    os_error = storage_fault(error)
+    if os_error is None:
         return error
-    cause = os_error.strerror if os_error is not None else phrase
+    cause = os.strerror(os_error.errno)
     directory = checkpoint_dir(workdir)
     partial = glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*"))  # saves that failed (none is running)
     steps = [step, *(int(os.path.basename(p).split(".")[0]) for p in partial)]
     failed = min((s for s in steps if s is not None), default=None)  # the first save that failed
     if jax.process_index() == 0:  # the processes share the directory
         _remove_partial_saves(directory)
-    warnings.filterwarnings("ignore", message="coroutine .* was never awaited")  # the failed save's, at exit
+    close_abandoned_reads(writes=True)  # the failed save's coroutines: none prints at exit
     intact = sorted(int(n) for n in _listdir(directory) if n.isdigit() and int(n) != failed)
     kept = (
         f"checkpoints {', '.join(map(str, intact))} are intact"
@@ -106,6 +97,44 @@ def _listdir(directory: str) -> list[str]:
         return [n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))]
     except OSError:
         return []
+
+
+ORBAX_READ = "_read_array_index_and_device_put"  # orbax's coroutine reading one array (its serialization module)
+
+
+def close_abandoned_reads(*, writes: bool = False) -> int:
+    """After a failed restore (a damaged checkpoint) or save (``writes``: a full disk), reported by the
+    caller: orbax leaves the reads of the other arrays (and a failed save's writes) suspended in
+    coroutines whose event loop has closed, and some never started. Collected later, a suspended one
+    prints "Exception ignored in: <coroutine …>" with a traceback (orbax turns the GeneratorExit of
+    ``close()`` into an Exception, or fails to import at shutdown) and an unstarted one "coroutine …
+    was never awaited" at exit. They are closed here instead, where the failure is handled, the
+    exception of each caught by type. Returns how many were closed (tests/test_faults.py holds orbax's
+    read's name)."""
+    closed = 0
+    for obj in gc.get_objects():
+        if not isinstance(obj, types.CoroutineType) or "/orbax/" not in obj.cr_code.co_filename:
+            continue
+        state = inspect.getcoroutinestate(obj)
+        suspended = state == inspect.CORO_SUSPENDED and (writes or obj.cr_code.co_name == ORBAX_READ)
+        if state == inspect.CORO_CREATED or suspended:
+            try:
+                obj.close()
+            except Exception:  # noqa: BLE001 -- orbax's error for the read or write: the failure is reported
+                pass
+            closed += 1
+    return closed
+
+
+def _refuse_link(directory: str) -> None:
+    """A WorkdirError when a run's own checkpoint directory is a symbolic link: followed, a resumed
+    run would write into (and its keep policy delete from) whatever it points to, another run's
+    checkpoints say."""
+    if os.path.islink(directory):
+        raise WorkdirError(
+            f"{directory} is a symbolic link (to {os.readlink(directory)}); a run writes only into its own "
+            "directories: replace the link by a copy, or use another --workdir"
+        )
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -167,6 +196,8 @@ class RunCheckpoints:
         directory = checkpoint_dir(workdir)
         if read_only and not os.path.isdir(directory):
             raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
+        if not read_only:
+            _refuse_link(directory)
         policy = pp.AnyPreservationPolicy(
             [
                 pp.LatestN(n=keep),
@@ -179,16 +210,15 @@ class RunCheckpoints:
             best_mode="min",
             create=not read_only,
             read_only=read_only,
-            cleanup_tmp_directories=not read_only,  # a failed save's partial directory, at the next start
+            # a failed save's partial directory is removed here, before the manager is built (orbax's
+            # own clean-up runs in a thread it does not join, racing whatever moves the directory next)
+            cleanup_tmp_directories=False,
         )
+        if not read_only and jax.process_index() == 0:  # the processes share the directory
+            _remove_partial_saves(directory)
         self.workdir = workdir
         self.saving = None  # the step of the latest save requested (asynchronous)
         self.manager = _Manager(directory, options=options, handler_registry=_handlers())
-        # orbax lists and cleans the partial directories in a background thread it does not join on
-        # close: wait for it now, so nothing (a damaged step set aside, a refused run's empty
-        # checkpoints/ removed) moves the directory under it. Private: orbax 0.12 has no public wait
-        # for it (tests/test_faults.py::test_the_private_orbax_hooks_rank4jax_uses_are_still_there)
-        self.manager._maybe_await_cleanup_tmp_directory()
 
     def __enter__(self):
         return self
@@ -262,6 +292,8 @@ class RunCheckpoints:
             return self.best_step(say_fallback=True)
         if which == "latest":
             return steps[-1]
+        if isinstance(which, bool) or (isinstance(which, float) and not which.is_integer()):
+            raise CheckpointError(f"checkpoint step must be 'best', 'latest' or a whole number, got {which!r}")
         try:
             step = int(which)
         except ValueError:
@@ -271,16 +303,20 @@ class RunCheckpoints:
         return step
 
     def _check_writable(self, step: int) -> None:
-        """A probe directory made and removed in checkpoints/ before each save: a directory that has
-        become unwritable (read-only, immutable, permissions) is one error at once, where orbax would
-        wait minutes at its directory-creation barrier and then fail with a traceback."""
-        if jax.process_index() != 0:  # the processes share the directory
+        """A checkpoints/ that has become unwritable (read-only, immutable, permissions) is one error
+        before the save, where orbax would wait minutes at its directory-creation barrier and then fail
+        with a traceback. ``os.access`` asks the kernel (it sees the immutable flag and read-only
+        mounts, for root too); only when it says no is a directory tried, for the cause's errno."""
+        directory = checkpoint_dir(self.workdir)
+        if jax.process_index() != 0 or os.access(directory, os.W_OK | os.X_OK):  # the processes share it
             return
+        self.wait_until_finished()  # an earlier save still being written fails first, and is named
         try:
-            os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=checkpoint_dir(self.workdir)))
+            os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=directory))
+            error = OSError(errno.EACCES, os.strerror(errno.EACCES))  # access() said no: believe it
         except OSError as e:
-            self.wait_until_finished()  # an earlier save still being written fails first, and is named
-            raise storage_error(e, self.workdir, step) from None
+            error = e
+        raise storage_error(error, self.workdir, step) from None
 
     def save(self, step: int, state, data_iter, config: dict, tokenizer, metrics: dict | None) -> None:
         self._check_writable(step)
@@ -328,6 +364,7 @@ class RunCheckpoints:
         """Move a damaged checkpoint out of the manager's directory into ``damaged_checkpoints/``
         (never deleted) and forget it; returns where it went."""
         target_dir = os.path.join(os.path.abspath(self.workdir), DAMAGED_DIR)
+        _refuse_link(target_dir)
         os.makedirs(target_dir, exist_ok=True)
         target, n = os.path.join(target_dir, str(step)), 1
         while os.path.exists(target):
@@ -347,6 +384,7 @@ class RunCheckpoints:
         try:  # the model is built from this checkpoint's own config: a failure here is damage
             params = self.manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
         except Exception as e:  # noqa: BLE001
+            close_abandoned_reads()
             raise CheckpointDamaged(self.workdir, step, e) from None
         check_finite(self.workdir, step, params)
         return params
@@ -377,6 +415,7 @@ class RunCheckpoints:
         try:  # the caller checked the saved config matches: a failure here is damage
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001
+            close_abandoned_reads()
             raise CheckpointDamaged(self.workdir, step, e) from None
         check_finite(self.workdir, step, restored["state"])
         if other_count_state is not None:

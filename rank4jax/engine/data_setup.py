@@ -137,10 +137,12 @@ def _context_text(story: readers.Story, n_slices: int) -> str:
     return " ".join(" ".join(story.sentences[:n_slices]).lower().split())
 
 
-def check_held_out(config: ml_collections.ConfigDict, stories, split: str, path: str | None = None) -> int | None:
+def check_held_out(
+    config: ml_collections.ConfigDict, stories, split: str, path: str | None = None, *, warn: bool = True
+) -> int | None:
     """How many of the evaluated ``stories`` (a split of ``path``, or ``split="train"``/``"all"`` of the
     run's own data) are stories the run trained on — the same story id, or the same first T sentences
-    as a story of its training split — with one warning naming the count; 0 for the run's own
+    as a story of its training split — with one warning naming the count (``warn``); 0 for the run's own
     validation and test splits (disjoint by construction), None when the run's data cannot be read."""
     if path is None and split in ("validation", "test"):
         return 0
@@ -152,7 +154,7 @@ def check_held_out(config: ml_collections.ConfigDict, stories, split: str, path:
     t = config.model.n_slices
     ids, texts = {s.story_id for s in train}, {_context_text(s, t) for s in train}
     count = sum(s.story_id in ids or _context_text(s, t) in texts for s in stories)
-    if count:
+    if count and warn:
         _warn(
             f"{count:,} of the {len(stories):,} evaluated stories are stories this run trained on (the same story "
             f"id, or the same first {t} sentences, as one of its training split): their figures are not held out"

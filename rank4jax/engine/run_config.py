@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import numbers
+import os
 
 import ml_collections
 
@@ -43,8 +45,8 @@ ADDED_DEFAULTS = {
 
 
 def _check_nonnegative(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
-        raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 <= value < math.inf):
+        raise ConfigError(f"{name} must be a non-negative finite number, got {value!r}")
 
 
 def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -122,8 +124,8 @@ def _check_optim(config: ml_collections.ConfigDict) -> None:
     optim = config.optim
     if isinstance(optim.learning_rate, bool) or not isinstance(optim.learning_rate, numbers.Real):
         raise ConfigError(f"optim.learning_rate must be a number, got {optim.learning_rate!r}")
-    if not optim.learning_rate > 0:
-        raise ConfigError(f"optim.learning_rate must be positive, got {optim.learning_rate!r}")
+    if not 0 < optim.learning_rate < math.inf:
+        raise ConfigError(f"optim.learning_rate must be positive and finite, got {optim.learning_rate!r}")
     for name in ("weight_decay", "eps", "grad_clip_norm", "warmup_steps"):
         _check_nonnegative(f"optim.{name}", optim[name])
     if optim.schedule not in SCHEDULES:
@@ -231,11 +233,14 @@ FINGERPRINT_KEY = "data_fingerprint"  # beside the sections of a saved config: t
 def data_fingerprint(config: ml_collections.ConfigDict) -> str | None:
     """SHA-256 of the bytes of every data file (``data.path``, comma-separated), so a resumed run can
     tell the same path with other contents; None for the built-in corpus (its config is its identity)
-    or a file that cannot be read (the data reader reports that)."""
+    or a path that is not a regular file or cannot be read (the data reader reports that: a device such
+    as /dev/zero or a FIFO is never opened here, where it would be read forever)."""
     if config.data.source == "builtin":
         return None
     digest = hashlib.sha256()
     for path in (p.strip() for p in config.data.path.split(",") if p.strip()):
+        if not os.path.isfile(path):  # follows links; False for devices, FIFOs, sockets and directories
+            return None
         try:
             with open(path, "rb") as f:
                 for block in iter(lambda f=f: f.read(1 << 20), b""):

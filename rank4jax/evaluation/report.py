@@ -47,7 +47,8 @@ def display_text(tokenizer, ids) -> str:
     return text[: end.end()] if end else text
 
 
-def _check_count(name: str, value) -> None:
+def check_count(name: str, value) -> None:
+    """A ConfigError unless ``value`` is a non-negative integer (an evaluation option's count)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise ConfigError(f"{name} must be a non-negative integer (0 = skip), got {value!r}")
 
@@ -68,9 +69,9 @@ def evaluate_run(
     place of the run's own."""
     if split not in EVAL_SPLITS:
         raise ConfigError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
-    _check_count("rollout_steps", rollout_steps)
-    _check_count("examples", num_examples)
-    _check_count("cloze_contexts", cloze_contexts)
+    check_count("rollout_steps", rollout_steps)
+    check_count("examples", num_examples)
+    check_count("cloze_contexts", cloze_contexts)
     if compute_dtype is not None:
         check_compute_dtype(compute_dtype)
     clock = time.perf_counter()

@@ -44,7 +44,12 @@ def context_spread(
     check_settings(pool, ks, draws)
     run, params, evaluators = restore_for_evaluation(workdir, step)
     stories = prepare_split(run.config, run.tokenizer, "all", path=cloze_data)[0]
-    check_held_out(run.config, stories, "all", cloze_data)
+    trained_on = check_held_out(run.config, stories, "all", cloze_data, warn=False)
+    if trained_on:
+        raise ConfigError(
+            f"{trained_on:,} of the {len(stories):,} stories of {cloze_data} are stories this run trained on: "
+            "their accuracies would not be held out; give a held-out Story Cloze file"
+        )
     pairs, labels = cloze_windows(stories, run.tokenizer, run.model_cfg.n_tokens, run.model_cfg.n_slices)
     score, batch, w = evaluators.programs.score, evaluators.batch_size, len(pairs)
     if w < 2:

@@ -37,7 +37,8 @@ def _check_same_windows(rank4: ml_collections.ConfigDict, base: ml_collections.C
         raise ConfigError("compare needs a model_family='rank4' config and a model_family='baseline' config")
 
 
-def _check_cloze_data(cloze_data: str | None, config) -> None:
+def check_cloze_data(cloze_data: str | None, config) -> None:
+    """A ConfigError when ``cloze_data`` is missing or is the runs' own training data (``config``'s)."""
     if not cloze_data:
         return
     if not os.path.isfile(cloze_data):
@@ -69,7 +70,7 @@ def compare(
     for name, config in configs.items():
         if name != "rank4":
             _check_same_windows(rank4_config, config)
-    _check_cloze_data(cloze_data, rank4_config)
+    check_cloze_data(cloze_data, rank4_config)
     options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
     extra = {"cloze": {"split": "all", "data_path": cloze_data} | options}
     runs = run_all(

@@ -39,8 +39,9 @@ from rank4jax.engine.data_setup import prepare_data
 from rank4jax.engine.run_config import model_section
 from rank4jax.errors import ConfigError, TrainingDivergedError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
+from rank4jax.evaluation.report import check_count
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
-from rank4jax.experiments.compare import CLOZE_RULES
+from rank4jax.experiments.compare import CLOZE_RULES, check_cloze_data
 from rank4jax.experiments.runner import run_all, train_stage, write_outputs
 from rank4jax.models.family import SELECTIONS, run_param_count
 from rank4jax.models.sizes import closest
@@ -76,8 +77,8 @@ def check_plan(plan: LadderPlan) -> None:
     """One ConfigError naming the first bad setting of a plan."""
     if not plan.families or len(set(plan.families)) != len(plan.families):
         raise ConfigError(f"the ladder's families must be distinct and at least one, got {plan.families}")
-    if not plan.rates or any(not r > 0 for r in plan.rates):
-        raise ConfigError(f"the sweep's learning rates must be positive and at least one, got {plan.rates}")
+    if not plan.rates or any(not (r > 0 and math.isfinite(r)) for r in plan.rates):
+        raise ConfigError(f"the sweep's learning rates must be positive, finite and at least one, got {plan.rates}")
     if not plan.widths:
         raise ConfigError("the ladder needs at least one width")
     for width in plan.widths:
@@ -221,9 +222,9 @@ def check_trained_rates(workdir: str, runs: dict) -> None:
     """Refuses a plan that gives a run another learning rate than the one it was trained at: a rung's
     name does not carry its rate, so the run would be reported at a rate it never trained with."""
     for name, config in runs.items():
-        saved = read_json(os.path.join(workdir, name, CONFIG_FILE), "the run's config") or {}
-        trained = saved.get("optim", {}).get("learning_rate")
-        if trained is not None and trained != config.optim.learning_rate:
+        optim = (read_json(os.path.join(workdir, name, CONFIG_FILE), "the run's config") or {}).get("optim")
+        trained = optim.get("learning_rate") if isinstance(optim, dict) else None
+        if isinstance(trained, int | float) and trained != config.optim.learning_rate:
             raise ConfigError(
                 f"{name} in {workdir} was trained at learning rate {trained:g}, but this ladder gives it "
                 f"{config.optim.learning_rate:g} (the sweep's pick or --learning_rates): use another --workdir, "
@@ -242,7 +243,7 @@ def train_run(name: str, config: ml_collections.ConfigDict, run_dir: str) -> dic
     ``DIVERGED_FILE`` and the ladder goes on without it (a diverged sweep run loses its sweep; a
     diverged rung has no figures)."""
     if (record := diverged(run_dir)) is not None:
-        first = record["error"].split(". ")[0]
+        first = str(record.get("error", "no error recorded")).split(". ")[0]
         say(f"rank4jax: {name} diverged before ({first}); skipped (delete its {DIVERGED_FILE} to retry)")
         return None
     try:
@@ -258,11 +259,18 @@ def _finished_step(run_dir: str) -> int | None:
     return (read_json(os.path.join(run_dir, SUMMARY_FILE), "the run's summary") or {}).get("step")
 
 
+def check_workdir(workdir: str) -> None:
+    """A ConfigError when the ladder's workdir exists and is not a directory."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ConfigError(f"--workdir={workdir} is not a directory")
+
+
 def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evaluate=None) -> dict | None:
     """Train what is not finished — the sweep, then the rungs at the picked rates — and, unless
     ``only`` names one run to train, evaluate every rung (``evaluate(rungs, rates)`` → the report).
     ``given``: family → learning rate, for families that skip the sweep."""
     given = dict(given or {})
+    check_workdir(workdir)
     vocab_size = prepare_data(base, None).tokenizer.vocab_size
     sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
     known = {**sweep, **(rungs or {})}
@@ -283,6 +291,7 @@ def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
     the step it reached, its best validation selection loss with the step and LS(T) there, and its
     logged training time. Reads the runs' logs only: nothing is trained or compiled."""
     given = dict(given or {})
+    check_workdir(workdir)
     sweep, rungs = plan_runs(base, workdir, plan, given, prepare_data(base, None).tokenizer.vocab_size)
     lines = [
         "| run | lr | step | best selection loss (step) | LS(T) there | training s |",
@@ -304,11 +313,15 @@ def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
     return "\n".join(lines)
 
 
-def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts: int = CLOZE_CONTEXTS):
+def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts: int = CLOZE_CONTEXTS, config=None):
     """``evaluate(workdir, rungs)``: train what is left of the rungs, evaluate each selected checkpoint
-    on ``split`` (and every story of ``cloze_data``), write ladder.json, ladder.md and the plot."""
+    on ``split`` (and every story of ``cloze_data``), write ladder.json, ladder.md and the plot.
+    ``config``: the base run config, whose training data ``cloze_data`` must not be (as compare.py)."""
     if cloze_data is not None and not os.path.isfile(cloze_data):
         raise ConfigError(f"--cloze_data: file not found: {cloze_data}")
+    if config is not None:
+        check_cloze_data(cloze_data, config)
+    check_count("--cloze_contexts", cloze_contexts)  # before any training, not after it
 
     def evaluate(workdir: str, rungs: dict) -> dict:
         options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}  # every evaluation's

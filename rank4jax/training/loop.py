@@ -53,6 +53,7 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         profiler = Profiler(workdir, config.profile_steps, enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
         first = _compile_on_first_batch(run, state, batches, out) if start < end else None
+        out.start_clock()  # the logged training time leaves the compilation out
         stop.training()
         actions = PeriodicActions(run, out, early, stop)
         actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss

@@ -31,16 +31,21 @@ def write_json(path: str, data) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: str, what: str):
-    """A JSON file the run wrote, or None: absent, or damaged (with one warning naming it)."""
+def read_json(path: str, what: str) -> dict | None:
+    """A JSON object the run wrote, or None: absent, or damaged or not an object (with one warning
+    naming it)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            value = json.load(f)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
         say(f"rank4jax: warning: {path} ({what}) is unreadable ({type(e).__name__}); read as absent")
         return None
+    if not isinstance(value, dict):
+        say(f"rank4jax: warning: {path} ({what}) holds a JSON {type(value).__name__}, not an object; read as absent")
+        return None
+    return value
 
 
 class EventFile:
@@ -127,17 +132,28 @@ class MetricsWriter:
 
 def _records(path: str) -> tuple[list[tuple[tuple[str, int], dict]], list[int], int]:
     """metrics.jsonl's readable records in file order as ((split, step), record), the indices of its
-    unreadable non-empty lines (undecodable bytes, not a record, no step), and how many lines it has."""
+    unreadable non-empty lines (undecodable bytes, not a record, no step, or without the numbers its
+    split's readers need: ``REQUIRED``), and how many lines it has."""
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
     records, bad = [], []
     for number, line in enumerate(lines):
         try:
             record = json.loads(line)
-            records.append(((str(record.get("split", "train")), int(record["step"])), record))
+            split = str(record.get("split", "train"))
+            if not all(_is_number(record.get(key)) for key in REQUIRED.get(split, ())):
+                raise ValueError(f"a {split} record without {REQUIRED[split]}")
+            records.append(((split, int(record["step"])), record))
         except (ValueError, KeyError, TypeError, AttributeError):
             bad.append(number)
     return records, bad, len(lines)
+
+
+REQUIRED = {"train": ("loss", "windows_per_s"), "validation": ("window_ce", "last_slice_ce")}  # per split, numbers
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def rewind_metrics(workdir: str, step: int) -> None:
@@ -170,7 +186,8 @@ def training_seconds(train_records: list[dict], batch_size: int, until_step: int
     """Wall seconds of the logged training intervals up to ``until_step`` (every one when None), over
     every process that trained the run: a resumed run's records continue the ones its checkpoint
     kept, so a process killed without writing its summary loses nothing here. Each interval runs from
-    the end of the previous one (validation passes excluded, each start's compilation included).
+    the end of the previous one (validation passes excluded; each start's compilation of the train
+    step too, which happens before its first interval starts).
     Records written before ``interval_s`` was logged: their steps since the previous record × batch /
     windows_per_s."""
     total, previous = 0.0, 0

@@ -82,6 +82,11 @@ class Output:
         else:
             self.say(f"rank4jax: resuming {run.workdir} from step {start}")
 
+    def start_clock(self) -> None:
+        """The first training interval starts now: after the train step's compilation, which the
+        logged intervals (and so ``training_time_s``) leave out."""
+        self.since = time.perf_counter()
+
     def step_done(self, metrics: dict) -> None:
         self.pending.append(metrics)  # stays on the device: no host sync per step
         self.bar.update(1)

@@ -30,7 +30,7 @@ from rank4jax.engine.run_config import (
     to_json_dict,
     with_added_defaults,
 )
-from rank4jax.engine.state import TrainState, abstract_train_state, carry_optimizer_state
+from rank4jax.engine.state import TrainState, abstract_train_state, carry_optimizer_state, learning_rate_schedule
 from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.models.family import ModelFamily, get_family
@@ -189,6 +189,9 @@ def restore_or_init(run: Run, train_iter) -> TrainState:
         lambda step: run.ckpt.restore_state(step, target, train_iter),
         set_aside=single,
     )
+    jump = schedule_jump(run.saved, run.config, int(jax.device_get(state.step)))
+    if jump and run.is_main:
+        say(jump)
     if changed:
         fresh = jax.jit(programs.optimizer.init, out_shardings=programs.state_sharding.opt_state)(state.params)
         opt_state = carry_optimizer_state(state.opt_state, fresh, state.step)
@@ -197,6 +200,20 @@ def restore_or_init(run: Run, train_iter) -> TrainState:
             what = "; ".join(changed)
             say(f"rank4jax: optimiser settings changed on resume ({what}): Adam moments and step carried over")
     return state
+
+
+def schedule_jump(saved: dict | None, config, step: int) -> str | None:
+    """A warning when a resume changes ``num_steps`` under a decaying schedule (which is stretched over
+    ``num_steps``): the learning rate at ``step`` before and after; None when nothing jumps."""
+    old_steps = (saved or {}).get("num_steps")
+    if config.optim.schedule == "constant" or old_steps is None or old_steps == config.num_steps:
+        return None
+    before = float(learning_rate_schedule(ml_collections.ConfigDict(saved["optim"]), old_steps)(step))
+    after = float(learning_rate_schedule(config.optim, config.num_steps)(step))
+    return (
+        f"rank4jax: warning: num_steps {old_steps} → {config.num_steps} stretches the {config.optim.schedule} "
+        f"decay over the new length: the learning rate at step {step} goes from {before:.3g} to {after:.3g}"
+    )
 
 
 # Not compared on resume: the sections checked as the run's identity, the optimiser (its own line),
