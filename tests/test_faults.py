@@ -579,6 +579,26 @@ def _mount_namespaces() -> bool:
     return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
 
 
+LOOP_CLOSED = (  # the lines of TensorStore's traceback, which other threads' lines may interleave
+    "Traceback (most recent call last):",
+    "    self._check_closed()",
+    "    raise RuntimeError('Event loop is closed')",
+    "RuntimeError: Event loop is closed",
+)
+
+
+def without_loop_closed(stderr: str) -> str:
+    """stderr without TensorStore's "Event loop is closed" tracebacks: after a failed save, its I/O
+    threads complete writes whose asyncio loop orbax has closed, and print that (through
+    ``sys.excepthook``, from a C++ thread: no place in rank4jax's code sees it, and no exception hook
+    is installed to hide it). Left as the library prints it; any other line still counts."""
+    if "RuntimeError: Event loop is closed" not in stderr:
+        return stderr
+    lines = stderr.splitlines()
+    kept = [line for line in lines if line not in LOOP_CLOSED and "/asyncio/base_events.py" not in line]
+    return "\n".join(kept) + "\n"
+
+
 def test_a_full_disk_is_one_line_naming_the_failed_save_and_every_intact_checkpoint(tmp_path):
     """train.py on a 600 KB tmpfs (a few tiny checkpoints fit; each save is asynchronous, so the
     failure surfaces while a later save waits for it): one line, exit 2, the step whose save failed,
@@ -598,7 +618,7 @@ def test_a_full_disk_is_one_line_naming_the_failed_save_and_every_intact_checkpo
     script = f"mount -t tmpfs -o size=600k tmpfs {disk} && {train_py}; echo status $?; ls -a {disk}/run/checkpoints"
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=SUBPROCESS_XLA_FLAGS)
     out = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, env=env)
-    err = [line for line in out.stderr.splitlines() if "are cut" not in line]
+    err = [line for line in without_loop_closed(out.stderr).splitlines() if "are cut" not in line]
     events = f"rank4jax: warning: the TensorBoard event file in {disk}/run stops here: No space left on device"
     err = [line for line in err if line != events]  # an extra the run goes on without, if it failed first
     assert len(err) == 1, out.stderr[-3000:]
