@@ -995,3 +995,18 @@ def test_the_log_filter_drops_what_rank4jax_reports_itself_and_passes_the_rest()
     assert keep(record("Task exception was never retrieved", ValueError("something else")))
     assert keep(record("Task exception was never retrieved", OSError(errno.EIO, "Input/output error")))
     assert not keep(record("orbax: ... did not provide metrics ...", level=logging.WARNING))
+
+
+def test_loading_a_run_logs_no_warning(tiny_run, caplog):
+    """Every load_run printed orbax's two read-only warnings ("…setting save_interval_steps=0", "Given
+    directory is read only"); a reader now opens the manager without orbax's read_only flag, and
+    refuses to save by itself."""
+    import logging
+
+    from rank4jax.checkpoint.storage import RunCheckpoints
+
+    with caplog.at_level(logging.WARNING):
+        load_run(str(tiny_run))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    with RunCheckpoints(str(tiny_run), read_only=True) as reader, pytest.raises(CheckpointError, match="to read"):
+        reader.save(99, None, None, {}, None, None)

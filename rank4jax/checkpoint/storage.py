@@ -209,14 +209,16 @@ class RunCheckpoints:
             best_fn=selection_value,  # also makes the manager store each checkpoint's metrics
             best_mode="min",
             create=not read_only,
-            read_only=read_only,
+            # a reader never saves (``save`` refuses); orbax's own read_only flag is not set, since it
+            # only adds a warning on every open ("Given directory is read only") to what create=False does
+            read_only=False,
             # a failed save's partial directory is removed here, before the manager is built (orbax's
             # own clean-up runs in a thread it does not join, racing whatever moves the directory next)
             cleanup_tmp_directories=False,
         )
         if not read_only and jax.process_index() == 0:  # the processes share the directory
             _remove_partial_saves(directory)
-        self.workdir = workdir
+        self.workdir, self.read_only = workdir, read_only
         self.saving = None  # the step of the latest save requested (asynchronous)
         self.manager = _Manager(directory, options=options, handler_registry=_handlers())
 
@@ -319,6 +321,8 @@ class RunCheckpoints:
         raise storage_error(error, self.workdir, step) from None
 
     def save(self, step: int, state, data_iter, config: dict, tokenizer, metrics: dict | None) -> None:
+        if self.read_only:
+            raise CheckpointError(f"the checkpoints of {self.workdir} were opened to read; nothing was saved")
         self._check_writable(step)
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),

@@ -1,0 +1,164 @@
+"""The paper's comparison at the paper's size on one GPU, in one command that ends within 5 minutes on
+an H200: the rank-4 model of ``configs/rocstories_paper.py`` (dx = 64, dt = 32, H = 4, L = 2, bf16
+compute) and the parameter-matched free-running 1-D baseline (the size ladder's matching), on the
+45,000 ROCStories split as the ladder splits them, each trained for the same wall-time budget, then
+evaluated as the ladder evaluates: test LS(T), Δ, context gain, Story Cloze by mean CE, PMI and
+ending only on the 1,571 validation stories, with McNemar's exact test per rule.
+
+    bash bench/prepare_device.sh                          # here: wheels and data into .device_run/
+    python -m bench.paper_comparison --out=$OUT           # on the GPU (the device command below)
+    python -m bench.paper_comparison --tiny --out=/tmp/pc # anywhere: the same code at a tiny size
+
+Why a wall-time budget and not each run's validation optimum: the paper trained for 2.4 h (rank-4)
+and 45.2 h (baseline) on two RTX 3080s; the lease allows 5 minutes. Each family first trains
+``--probe_steps`` steps (compilation included) and its median ms/step sets how many steps fit
+``--budget_s`` seconds; it is validated ``--validations`` times and the best validated checkpoint
+is the one evaluated (as every run of the project selects). The table says where each stopped.
+
+Arithmetic for one H200 (docs/performance.md, "GPU (one H200), paper sizes"): the rank-4 bf16 train
+step at full width runs about 3,700 windows/s, so 60 s is about 6 epochs of the 36,040 training
+stories; the free-running baseline decodes S(T) token by token inside its step (the paper: 18.8× the
+rank-4 model's wall time), so it sees about a third of an epoch in the same 60 s. Compiling the two
+train steps and the evaluation programs took 15–20 s each there; with the data preparation
+(about 10 s) and the evaluation (about 10 s a family) the whole command takes about 4 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA_DIRS = (os.path.join(REPO, ".device_run", "data"), os.path.join(REPO, "..", "shared", "data"))
+ROCSTORIES, CLOZE = "rocstories_spring2016_first45000.csv", "storycloze_val_2016.csv"
+TINY_MODEL = dict(n_tokens=8, n_slices=4, dx=4, dt=2, n_heads=2, n_layers=1)  # tests/helpers.tiny_config's
+
+
+def paper_config(data_dir: str | None, tiny: bool):
+    """The rank-4 run config: the paper's model and optimiser (``configs/rocstories_paper.py``) on the
+    ladder's data (``configs/rocstories.py``: the 45,000 ROCStories, 80/10/10 by story hash, its word
+    vocabulary), bf16 compute, full-width batches (one train-step shape: one compilation)."""
+    from configs import default, rocstories, rocstories_paper
+
+    paper = rocstories_paper.get_config()
+    config = default.get_config() if tiny else rocstories.get_config()
+    if tiny:
+        config.data.builtin_stories, config.batch_size, config.eval_batch_size = 200, 8, 16
+        config.model.update(TINY_MODEL)
+    else:
+        config.data.path = os.path.join(data_dir, ROCSTORIES)
+        config.model.update({k: paper.model[k] for k in ("n_tokens", "n_slices", "dx", "dt", "n_heads", "n_layers")})
+        config.batch_size = paper.batch_size
+    config.model.dropout = paper.model.dropout
+    config.optim.update({k: paper.optim[k] for k in ("learning_rate", "weight_decay", "warmup_steps")})
+    config.compute_dtype, config.batch_layout, config.compact_buckets = "bfloat16", "full", 0
+    config.progress_bar, config.plots, config.keep_checkpoints, config.early_stop_patience = False, False, 1, 0
+    return config
+
+
+def budgeted(name: str, config, workdir: str, args) -> tuple[object, dict]:
+    """Train ``--probe_steps`` steps, then as many more as the median ms/step fits into ``--budget_s``;
+    returns the run's final config and {probe_steps, ms_per_step, steps}."""
+    from rank4jax.experiments.runner import train_stage
+    from rank4jax.training.metrics import steady_ms_per_step
+
+    run_dir = os.path.join(workdir, name)
+    probe = copy.deepcopy(config)
+    probe.num_steps = probe.eval_every = probe.checkpoint_every = args.probe_steps
+    probe.log_every = max(1, args.probe_steps // 5)
+    train_stage(name, probe, run_dir)
+    ms = steady_ms_per_step(run_dir, config.batch_size)
+    interval = max(args.probe_steps, int(args.budget_s * 1000 / ms / args.validations))
+    final = copy.deepcopy(probe)
+    final.num_steps = args.probe_steps + interval * args.validations
+    final.eval_every = final.checkpoint_every = final.log_every = interval
+    return final, {"probe_steps": args.probe_steps, "ms_per_step_probe": ms, "steps": final.num_steps}
+
+
+def report(result: dict, plan: dict, args, seconds: dict) -> str:
+    import jax
+
+    device = jax.devices()[0]
+    lines = [
+        "# The paper's comparison at the paper's size (bench.paper_comparison)",
+        "",
+        f"`python -m bench.paper_comparison {' '.join(args.argv)}` — {time.strftime('%Y-%m-%d %H:%M UTC')}",
+        f"device {device.platform} {device.device_kind}; Python {platform.python_version()}, JAX {jax.__version__}",
+        f"each family trained for a wall-time budget of {args.budget_s:g} s after a {args.probe_steps}-step probe "
+        f"(not to its validation optimum: the lease allows minutes), validated {args.validations} times, "
+        "the best validated checkpoint evaluated",
+        "",
+        "| family | probe ms/step | steps trained |",
+        "|---|---|---|",
+        *(f"| {name} | {p['ms_per_step_probe']:.1f} | {p['steps']} |" for name, p in plan.items()),
+        "",
+        "wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()),
+        "",
+        result["table"],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    from rank4jax import noise
+
+    noise.install_log_filters()  # an entry point: orbax's warnings about what the project does on purpose
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="the same code at a tiny size on the built-in corpus")
+    ap.add_argument("--out", default="runs/paper_comparison", help="where the report goes ($OUT on the device)")
+    ap.add_argument("--workdir", default=None, help="the runs (checkpoints: GBs at paper size); default a temp dir")
+    ap.add_argument("--data_dir", default=None, help=f"holds {ROCSTORIES} and {CLOZE}")
+    ap.add_argument("--budget_s", type=float, default=None, help="training seconds per family (60; tiny 2)")
+    ap.add_argument("--probe_steps", type=int, default=None, help="steps that time a family (200; tiny 4)")
+    ap.add_argument("--validations", type=int, default=5, help="validated checkpoints per family after the probe")
+    ap.add_argument("--cloze_contexts", type=int, default=8, help="K lent contexts of the PMI and ending-only rules")
+    args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.budget_s = args.budget_s if args.budget_s is not None else (2.0 if args.tiny else 60.0)
+    args.probe_steps = args.probe_steps or (4 if args.tiny else 200)
+    return run(args)
+
+
+def run(args) -> dict:
+    import tempfile
+
+    from rank4jax.engine.data_setup import prepare_data
+    from rank4jax.experiments import ladder as lad
+
+    clock, seconds = time.perf_counter(), {}
+    data_dir = args.data_dir or next((d for d in DATA_DIRS if os.path.isfile(os.path.join(d, ROCSTORIES))), None)
+    if not args.tiny and data_dir is None:
+        sys.exit(f"error: {ROCSTORIES} not found in {' or '.join(DATA_DIRS)}: run bench/prepare_device.sh first")
+    cloze = None if args.tiny else os.path.join(data_dir, CLOZE)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="paper_comparison-")
+    rank4 = paper_config(data_dir, args.tiny)
+    vocab = prepare_data(rank4, None).tokenizer.vocab_size
+    width = rank4.model.dx * rank4.model.dt
+    configs = {f"d{width}/rank4": rank4, f"d{width}/baseline": lad.matched_config(rank4, "baseline", vocab)}
+    seconds["data"] = time.perf_counter() - clock
+    rungs, plan = {}, {}
+    for name, config in configs.items():
+        start = time.perf_counter()
+        rungs[name], plan[name] = budgeted(name, config, workdir, args)
+        seconds[f"probe {name}"] = time.perf_counter() - start
+    start = time.perf_counter()
+    result = lad.evaluator("test", cloze, args.cloze_contexts, config=rank4)(workdir, rungs)  # trains the rest
+    seconds["train and evaluate"] = time.perf_counter() - start
+    seconds["total"] = time.perf_counter() - clock
+    text = report(result, plan, args, seconds)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "paper_comparison.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "paper_comparison.json"), "w", encoding="utf-8") as f:
+        json.dump({"plan": plan, "seconds": seconds, "result": result}, f, indent=2, default=str)
+    print(text)
+    return {"plan": plan, "seconds": seconds, "result": result}
+
+
+if __name__ == "__main__":
+    main()
