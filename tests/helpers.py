@@ -10,41 +10,56 @@ import numpy as np
 from configs import default, splm
 from rank4jax.engine.run_config import model_section
 
+TINY = {  # the tiny run, as dotted config keys: tiny_config() applies them, tiny_flags() passes them to a command
+    "data.builtin_stories": 200,
+    "model.n_tokens": 8,
+    "model.dx": 4,
+    "model.dt": 2,
+    "model.n_heads": 2,
+    "model.n_layers": 1,
+    "batch_size": 8,
+    "eval_batch_size": 16,
+    "num_steps": 6,
+    "log_every": 2,
+    "eval_every": 2,
+    "checkpoint_every": 2,
+    "keep_checkpoints": 2,
+    "optim.warmup_steps": 0,
+    "progress_bar": False,
+    "plots": False,  # about 0.3 s a run; the tests of the curves turn it on
+    "compact_buckets": 8,  # the loop tests run the rank-4 fast path (test_compact checks it against 0)
+    "batch_layout": "rule",  # unmeasured: the first enabled layout (test_layout_choice measures)
+}
+
+
+def tiny_flags(**overrides) -> list[str]:
+    """The tiny run as ``--config.KEY=VALUE`` flags of a command line (``overrides``: dotted keys with
+    "." written "__", e.g. ``model__dx=8``)."""
+    values = TINY | {key.replace("__", "."): value for key, value in overrides.items()}
+    return [f"--config.{key}={value}" for key, value in values.items()]
+
 
 def tiny_config(**overrides):
     """A few-second run on the built-in corpus; ``overrides`` use dotted keys ("model.dx": 4)."""
     c = default.get_config()
-    c.data.builtin_stories = 200
-    c.model.n_tokens = 8
-    c.model.dx = 4
-    c.model.dt = 2
-    c.model.n_heads = 2
-    c.model.n_layers = 1
-    c.batch_size = 8
-    c.eval_batch_size = 16
-    c.num_steps = 6
-    c.log_every = 2
-    c.eval_every = 2
-    c.checkpoint_every = 2
-    c.keep_checkpoints = 2
-    c.optim.warmup_steps = 0
-    c.progress_bar = False
-    c.plots = False  # about 0.3 s a run; the tests of the curves turn it on
-    c.compact_buckets = 8  # the loop tests run the rank-4 fast path (test_compact checks it against 0)
-    c.batch_layout = "rule"  # unmeasured: the first enabled layout (test_layout_choice measures)
+    _apply(c, TINY)
     family = overrides.pop("model_family", "rank4")
     if family != "rank4":  # the family's own model section
         c.model_family = family
         c.model = model_section(family, c.model)
         if family == "splm":
             c.model.splm = splm.get_config().model.splm
-    for key, value in overrides.items():
-        node = c
+    _apply(c, overrides)
+    return c
+
+
+def _apply(config, values: dict) -> None:
+    for key, value in values.items():
+        node = config
         *parents, leaf = key.split(".")
         for p in parents:
             node = node[p]
         node[leaf] = value
-    return c
 
 
 @contextlib.contextmanager

@@ -13,15 +13,10 @@ from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
 from tests import launcher
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_flags
 
 STEPS = 4
-FLAGS = {  # tiny_config's values, as command-line overrides
-    "data.builtin_stories": 200, "model.n_tokens": 8, "model.dx": 4, "model.dt": 2, "model.n_heads": 2,
-    "model.n_layers": 1, "batch_size": 8, "eval_batch_size": 16, "num_steps": STEPS, "log_every": 2,
-    "eval_every": 2, "checkpoint_every": 2, "keep_checkpoints": 2, "optim.warmup_steps": 0,
-    "progress_bar": False, "plots": False,
-}  # fmt: skip
+FLAGS = {"num_steps": STEPS}  # the rest: the tiny run (tests/helpers.TINY)
 
 
 def _free_port() -> int:
@@ -32,7 +27,7 @@ def _free_port() -> int:
 
 def _start_two_processes(workdir, **overrides):
     port = _free_port()
-    args = [f"--config.{k}={v}" for k, v in (FLAGS | overrides).items()]
+    args = tiny_flags(**{k.replace(".", "__"): v for k, v in (FLAGS | overrides).items()})
     return [  # one CPU device per process
         launcher.start(
             "train.py",

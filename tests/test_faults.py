@@ -35,20 +35,9 @@ from rank4jax.training import output, workdir_lock
 from rank4jax.training.loop import train
 from tests import launcher
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
-from tests.helpers import tiny_config
+from tests.helpers import tiny_config, tiny_flags
 
-TINY_FLAGS = (
-    "--config.data.builtin_stories=200",
-    "--config.model.n_tokens=8",
-    "--config.model.dx=4",
-    "--config.model.dt=2",
-    "--config.model.n_layers=1",
-    "--config.batch_size=8",
-    "--config.eval_batch_size=16",
-    "--config.progress_bar=False",
-    "--config.plots=False",
-    "--config.batch_layout=rule",
-)
+TINY_FLAGS = tiny_flags()  # the tiny run (tests/helpers.TINY) as command-line flags
 
 
 def _start(args, **kwargs):
