@@ -15,6 +15,7 @@ in the step's layout (full, trimmed or compact).
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 
 import jax
@@ -23,6 +24,7 @@ from rank4jax.data.pipeline import train_dataset
 from rank4jax.engine import sharding
 from rank4jax.engine.programs import describe_memory
 from rank4jax.engine.run_config import validate
+from rank4jax.errors import StageInterrupted
 from rank4jax.training.actions import PeriodicActions
 from rank4jax.training.early_stopping import EarlyStopping
 from rank4jax.training.output import Output, write_summary
@@ -69,6 +71,9 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         print(
             f"rank4jax: {actions.interrupted} at step {final_step}: checkpoint saved; rerun the same command to resume"
         )
+    if stop.late is not None:  # a signal while the run finished: it is complete, and the command stops here
+        name = signal.Signals(stop.late).name
+        raise StageInterrupted(f"{name} after training had ended; {workdir} is complete at step {final_step}", name)
     return summary
 
 

@@ -4,8 +4,10 @@
   signal raises :class:`~rank4jax.errors.SignalInterrupt`; ``train`` unwinds (the lock released, what
   it created and left empty removed) and the command says so in one line;
 - **training**: a flag the loop checks after every step: it saves a checkpoint, then stops;
-- **finishing** (the last save, the summary, the curves): noted in one line and otherwise ignored,
-  so a late signal cannot cut the summary short.
+- **finishing** (the last save, the summary, the curves): noted in one line and kept (``late``), so
+  a late signal cannot cut the summary short; once the run is complete, ``train`` raises
+  :class:`~rank4jax.errors.StageInterrupted` for it, so a command stops there (an experiment does not
+  go on to its next stage) with the signal's exit status.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class StopRequest:
 
     def __init__(self, enabled: bool = True):
         self.signal: int | None = None
+        self.late: int | None = None  # the first signal of the finishing phase
+        self.starting: int | None = None  # a signal of the starting phase
         self.enabled = enabled
         self.phase = "starting"
         self._noted = set()  # the phases whose later signals have been noted (once each)
@@ -35,6 +39,10 @@ class StopRequest:
         return self
 
     def training(self) -> None:
+        """The loop starts. A signal of the starting phase whose SignalInterrupt was lost (raised inside
+        a finalizer, where Python only prints it) is raised now."""
+        if self.starting is not None:
+            raise SignalInterrupt(self.starting)
         self.phase = "training"
 
     def finishing(self) -> None:
@@ -43,13 +51,17 @@ class StopRequest:
     def _handle(self, signum, frame):
         name = signal.Signals(signum).name
         if self.phase == "starting":
+            self.starting = signum  # kept: raised in a finalizer, the exception would be lost
             raise SignalInterrupt(signum)
         if self.phase == "training" and self.signal is None:
             self.signal = signum
-        elif self.phase not in self._noted:  # said once: ten signals in a second are one line
+            return
+        if self.phase == "finishing" and self.late is None:
+            self.late = signum
+        if self.phase not in self._noted:  # said once: ten signals in a second are one line
             self._noted.add(self.phase)
             say(f"rank4jax: {name} again: still saving the checkpoint" if self.phase == "training"
-                else f"rank4jax: {name}: training has ended; writing its summary first")  # fmt: skip
+                else f"rank4jax: {name}: training has ended; writing its summary first, then stopping")  # fmt: skip
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
