@@ -65,6 +65,7 @@ def main(argv):
             "split",
             "windows",
             "window_ce",
+            "perplexity",
             "last_slice_ce",
             "token_accuracy",
             "last_slice_ce_other_context",

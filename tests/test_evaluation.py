@@ -22,7 +22,7 @@ from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.runs import load_run
 from tests.conftest import REPO
-from tests.helpers import numpy_params
+from tests.helpers import numpy_params, tiny_config
 from tests.test_cli import run
 
 SHARED_ROC = REPO.parent / "shared" / "data" / "rocstories_spring2016_first45000.csv"
@@ -226,3 +226,16 @@ def test_rocstories_configs_share_windows_and_match_parameters():
     n_base = BASELINE.count_params(BASELINE.make_config(base.model, vocab))
     assert (vocab, n_r4, n_base) == (14_171, 914_784, 937_860)
     assert abs(n_base / n_r4 - 1) < 0.10
+
+
+def test_a_language_models_report_gives_its_perplexity(tmp_path, tiny_run):
+    """The next-token LM families (baseline_lm, splm) report perplexity = exp(next-token CE over the
+    stream); the window models do not (their window CE is no per-token LM loss)."""
+    import math
+
+    from rank4jax.training.loop import train
+
+    train(tiny_config(model_family="baseline_lm"), str(tmp_path))
+    report = evaluate_run(str(tmp_path), split="validation", num_examples=0, rollout_steps=0)
+    assert report["perplexity"] == math.exp(report["window_ce"])
+    assert "perplexity" not in evaluate_run(str(tiny_run), split="validation", num_examples=0, rollout_steps=0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import numbers
 import os
 import re
@@ -144,6 +145,8 @@ def _evaluate(evaluators, params, run, stories, window_set, options: dict, timin
     tokenizer, model_cfg, t = run.tokenizer, run.model_cfg, run.model_cfg.n_slices
     windows, num_examples = window_set.windows, options["num_examples"]
     report = timed("windows", evaluators.windows, params, windows)
+    if run.family.language_model and report.get("window_ce") is not None:  # next-token CE over every token
+        report["perplexity"] = math.exp(report["window_ce"])
     report |= timed("other_context", evaluators.other_context, params, windows, window_set.story_index)
     if "last_slice_ce_other_context" in report:  # nats the story's own context is worth to S(T)
         report["context_gain"] = report["last_slice_ce_other_context"] - report["last_slice_ce"]

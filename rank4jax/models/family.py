@@ -82,6 +82,7 @@ class ModelFamily:
     # picks each token of a decoding family, and ``prediction`` says what Ŝ(T) is
     next_state: Callable[..., tuple[jax.Array, jax.Array]] | None = None
     decodes: bool = True  # False: every token of Ŝ(T) at once (no choose, no sampling)
+    language_model: bool = False  # a next-token LM over the stream: its reports add perplexity = exp(window_ce)
     prediction: str = "greedy decode"
 
     def selection_label(self, selection: str = "window") -> str:
@@ -244,6 +245,7 @@ def _stream_family(name: str, make_config, init, logits_and_penalty, count_param
         last_slice_ce,
         count_params,
         selection_loss="next-token CE over the stream",
+        language_model=True,
         next_state=next_state,
         prediction="next-token decode of S(T) after the story's tokens",
         **extra,
