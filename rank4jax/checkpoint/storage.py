@@ -77,13 +77,28 @@ def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseE
     if jax.process_index() == 0:  # the processes share the directory
         _remove_partial_saves(directory)
     close_abandoned_reads(writes=True)  # the failed save's coroutines: none prints at exit
-    intact = sorted(int(n) for n in _listdir(directory) if n.isdigit() and int(n) != failed)
+    steps_on_disk = sorted(int(n) for n in _listdir(directory) if n.isdigit())
+    intact = [n for n in steps_on_disk if _committed(os.path.join(directory, str(n)))]
+    broken = [n for n in steps_on_disk if n not in intact and n != failed]  # e.g. emptied by a failed deletion
     kept = (
         f"checkpoints {', '.join(map(str, intact))} are intact"
         if len(intact) > 1
         else (f"checkpoint {intact[0]} is intact" if intact else "no checkpoint was saved before it")
     )
+    if broken:
+        kept += (
+            f" ({', '.join(map(str, broken))} incomplete: {'its' if len(broken) == 1 else 'their'} files were removed)"
+        )
+    if failed in intact:  # the save completed; what followed it (the keep policy's deletions) failed
+        return WorkdirError(f"checkpoint {failed} in {workdir} was saved, but what followed it failed: {cause}; {kept}")
     return WorkdirError(f"cannot save checkpoint {failed} in {workdir}: {cause}; {kept}")
+
+
+def _committed(step_dir: str) -> bool:
+    """Whether a step directory holds a whole checkpoint: orbax's commit marker is there."""
+    return os.path.isfile(os.path.join(step_dir, "commit_success.txt")) or os.path.isfile(
+        os.path.join(step_dir, "_CHECKPOINT_METADATA")
+    )
 
 
 def _remove_partial_saves(directory: str) -> None:
