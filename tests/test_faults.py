@@ -1048,3 +1048,11 @@ def test_a_storage_fault_after_a_completed_save_names_what_is_really_on_disk(tmp
         f"cannot save checkpoint 80 in {tmp_path}: No space left on device; checkpoints 40, 60 are intact "
         "(20 incomplete: its files were removed)"
     )
+
+
+def test_a_batch_whose_logits_cannot_fit_is_refused_before_training(tmp_path):
+    """--config.eval_batch_size=100000000 trained, then failed allocating 22 GiB at the first
+    validation; now one ConfigError before any step."""
+    with pytest.raises(ConfigError, match=r"^eval_batch_size=100,000,000: one batch's logits \(32 positions × "):
+        train(tiny_config(eval_batch_size=100_000_000), str(tmp_path))
+    assert not (tmp_path / "checkpoints").exists() or os.listdir(tmp_path / "checkpoints") == []

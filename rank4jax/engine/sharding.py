@@ -140,6 +140,23 @@ def check_state_fits(abstract_state, shardings, n_params: int) -> None:
         )
 
 
+def check_batches_fit(config, vocab_size: int, data_devices: int, names=("batch_size", "eval_batch_size")) -> None:
+    """Refuse, before anything is allocated, a batch size whose logits alone (B × N × T positions ×
+    V tokens in float32, the largest tensor a step makes) exceed a device's share of memory; otherwise
+    an evaluation batch of 10⁸ windows trained for a whole interval and then failed allocating."""
+    device = jax.local_devices()[0]
+    limit = device_memory_bytes(device)
+    positions = config.model.n_tokens * config.model.n_slices
+    for name in names:
+        needed = -(-config[name] // data_devices) * positions * vocab_size * 4
+        if limit and needed > limit:
+            raise ConfigError(
+                f"{name}={config[name]:,}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
+                f"window, float32) need {needed / 2**30:,.1f} GiB per device, more than the {limit / 2**30:,.1f} GiB "
+                f"a {device.platform} device has here; lower {name}"
+            )
+
+
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 

@@ -125,6 +125,9 @@ def restore_for_evaluation(workdir: str, step: str | int = "best", compute_dtype
     with RunCheckpoints(workdir, read_only=True) as ckpt:
         run, params = restore_run(ckpt, step, place)
     mesh = eval_mesh(run.config.eval_batch_size)
+    sharding.check_batches_fit(
+        run.config, run.tokenizer.vocab_size, mesh.shape[sharding.DATA_AXIS], ("eval_batch_size",)
+    )
     policy = StepPolicy.of(run.config) if compute_dtype is None else StepPolicy(compute_dtype)
     optim = optim_key(run.config.optim, run.config.num_steps)
     programs = build_programs(run.family, run.model_cfg, optim, mesh, policy)

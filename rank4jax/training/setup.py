@@ -100,6 +100,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     programs = build_programs(family, model_cfg, optim_key(config.optim, config.num_steps), mesh, policy)
     n_params = family.count_params(model_cfg)
     sharding.check_state_fits(programs.abstract, programs.state_sharding, n_params)  # before allocating
+    sharding.check_batches_fit(config, data.tokenizer.vocab_size, mesh.shape[sharding.DATA_AXIS])
     groups = mesh.shape[sharding.DATA_AXIS]  # a compact training batch: a group per device and microbatch
     train_windows = data.windows["train"].windows
     layout, timings, step_fn = choose_layout(config, family, model_cfg, programs, train_windows, groups * accum, saved)
