@@ -1056,3 +1056,25 @@ def test_a_batch_whose_logits_cannot_fit_is_refused_before_training(tmp_path):
     with pytest.raises(ConfigError, match=r"^eval_batch_size=100,000,000: one batch's logits \(32 positions × "):
         train(tiny_config(eval_batch_size=100_000_000), str(tmp_path))
     assert not (tmp_path / "checkpoints").exists() or os.listdir(tmp_path / "checkpoints") == []
+
+
+def test_a_profile_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """A trace whose writing fails (a full disk) was one warning, but its partial files stayed and took
+    the space the next checkpoint needed; they are removed now, and training goes on."""
+    from rank4jax.training.profiling import Profiler
+
+    def failing_stop():
+        partial = tmp_path / "profile" / "plugins" / "profile" / "2026_12_05_00_00_00"
+        partial.mkdir(parents=True)
+        (partial / "host.xplane.pb").write_bytes(b"x" * 100)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda *args, **kwargs: None)
+    monkeypatch.setattr(jax.profiler, "stop_trace", failing_stop)
+    profiler = Profiler(str(tmp_path), "2:3", say=lambda line: None)
+    for step in (1, 2, 3):
+        with profiler.step(step):
+            pass
+        profiler.step_done(step, jnp.zeros(()))
+    assert os.listdir(tmp_path / "profile" / "plugins" / "profile") == []
+    assert "the profile of steps 2-3 was not written" in capsys.readouterr().err
