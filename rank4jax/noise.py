@@ -3,8 +3,9 @@ installed by every command line (``cli.parse_flags``) on the named loggers they 
 import and never by the library: a notebook or a test sees the libraries' logs as they are.
 
 Filtered (``LibraryLogFilter``): orbax's warnings about what this project does on purpose (a
-preemption save without a validation loss, read-only managers for evaluation) or about the optional
-step metadata file, which orbax does without; its error logs and asyncio's "Task exception was never
+preemption save without a validation loss, read-only managers for evaluation), about the optional
+step metadata file, which orbax does without, or about reaching the preemption sync point of a
+multi-process run (the run says at which step it saved); its error logs and asyncio's "Task exception was never
 retrieved" about a failed save whose cause is a storage fault (a full disk, a quota, a read-only or
 forbidden directory: reported in one line by ``checkpoint.storage.storage_error``), or about the reads
 of the other arrays of a checkpoint whose first failed read rank4jax reports as damage.
@@ -54,6 +55,7 @@ class LibraryLogFilter(logging.Filter):
         "setting save_interval_steps=0",
         "Given directory is read only",
         "Metadata file",  # a damaged _CHECKPOINT_METADATA: orbax reads the checkpoint without it
+        "Reached preemption sync point",  # a multi-process SIGTERM: the run says where it saved
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
