@@ -1078,3 +1078,11 @@ def test_a_profile_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkey
         profiler.step_done(step, jnp.zeros(()))
     assert os.listdir(tmp_path / "profile" / "plugins" / "profile") == []
     assert "the profile of steps 2-3 was not written" in capsys.readouterr().err
+
+
+def test_windows_that_cannot_fit_in_memory_are_refused_before_allocating(tmp_path):
+    """--config.model.n_tokens=10000000 failed deep in numpy (or as RESOURCE_EXHAUSTED); now one line."""
+    with pytest.raises(
+        ConfigError, match=r"^model.n_tokens=10,000,000: the .* windows of 5 states of 10,000,000 tokens"
+    ):
+        train(tiny_config(**{"model.n_tokens": 10_000_000}), str(tmp_path))
