@@ -18,7 +18,7 @@ import numpy as np
 
 from rank4jax.checkpoint.damage import first_readable
 from rank4jax.checkpoint.storage import RunCheckpoints
-from rank4jax.engine.run_config import from_json_dict
+from rank4jax.engine.run_config import FINGERPRINT_KEY, from_json_dict
 from rank4jax.engine.sharding import with_shardings
 from rank4jax.engine.state import TrainState, abstract_train_state
 from rank4jax.models.family import ModelFamily, get_family
@@ -35,6 +35,7 @@ class SavedRun:
     family: ModelFamily
     model_cfg: object
     abstract_state: TrainState
+    data_fingerprint: str | None = None  # the training data's bytes when the checkpoint was written
 
 
 def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
@@ -43,7 +44,8 @@ def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
     config = from_json_dict(saved)
     family = get_family(config.model_family)
     model_cfg = family.make_config(config.model, tokenizer.vocab_size)
-    return SavedRun(step, config, tokenizer, family, model_cfg, abstract_train_state(config.optim, family, model_cfg))
+    abstract = abstract_train_state(config.optim, family, model_cfg)
+    return SavedRun(step, config, tokenizer, family, model_cfg, abstract, saved.get(FINGERPRINT_KEY))
 
 
 def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):

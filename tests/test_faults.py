@@ -1086,3 +1086,17 @@ def test_windows_that_cannot_fit_in_memory_are_refused_before_allocating(tmp_pat
         ConfigError, match=r"^model.n_tokens=10,000,000: the .* windows of 5 states of 10,000,000 tokens"
     ):
         train(tiny_config(**{"model.n_tokens": 10_000_000}), str(tmp_path))
+
+
+def test_evaluating_a_run_whose_data_has_changed_is_refused(tmp_path):
+    """eval.py read the data a checkpoint's config names whatever it now holds: a changed file (or a
+    crafted config naming another) was split and scored as if held out. Its bytes are checked now."""
+    path = tmp_path / "roc.csv"
+    rows = [f"s{i},,Tom ran {i}.,He fell.,He cried.,Mom came.,All was well.\n" for i in range(60)]
+    path.write_text(ROC_HEADER + "".join(rows), encoding="utf-8")
+    config = tiny_config(**{"data.source": "file", "data.path": str(path), "num_steps": 2, "eval_every": 2})
+    train(config, str(tmp_path / "run"))
+    assert evaluate_run(str(tmp_path / "run"), split="test", num_examples=0, rollout_steps=0)["stories"] > 0
+    path.write_text(ROC_HEADER + "".join(rows[:-1]), encoding="utf-8")
+    with pytest.raises(DataError, match=f"^the data at {re.escape(str(path))} has changed since"):
+        evaluate_run(str(tmp_path / "run"), split="test", num_examples=0, rollout_steps=0)

@@ -29,7 +29,8 @@ from rank4jax.engine import sharding
 from rank4jax.engine.batches import batch_layout
 from rank4jax.engine.data_setup import check_held_out, prepare_split
 from rank4jax.engine.programs import StepPolicy, build_programs, optim_key
-from rank4jax.errors import ConfigError, say
+from rank4jax.engine.run_config import data_fingerprint
+from rank4jax.errors import ConfigError, DataError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
@@ -77,6 +78,8 @@ def evaluate_run(
         check_compute_dtype(compute_dtype)
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)
+    if data_path is None:
+        check_same_data(run, workdir)
     stories, window_set, source = prepare_split(run.config, run.tokenizer, split, path=data_path)
     trained_on = check_held_out(run.config, stories, split, data_path)
     timings = {"load": time.perf_counter() - clock}
@@ -110,6 +113,16 @@ def evaluate_run(
 def eval_mesh(eval_batch_size: int) -> jax.sharding.Mesh:
     """Data parallel over as many devices as divide the eval batch; built once per size."""
     return sharding.make_mesh(max(d for d in range(1, jax.device_count() + 1) if eval_batch_size % d == 0), 1)
+
+
+def check_same_data(run, workdir: str) -> None:
+    """A DataError when the run's own data files have other bytes than when its checkpoint was written:
+    their split would not be the run's held-out split (a story moved between splits is trained on)."""
+    if run.data_fingerprint is not None and data_fingerprint(run.config) != run.data_fingerprint:
+        raise DataError(
+            f"the data at {run.config.data.path} has changed since {workdir}'s checkpoint {run.step} was written "
+            "(or cannot be read): its splits are no longer the run's; evaluate on a file named with --data"
+        )
 
 
 def restore_for_evaluation(workdir: str, step: str | int = "best", compute_dtype: str | None = None):
