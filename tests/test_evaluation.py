@@ -228,7 +228,7 @@ def test_rocstories_configs_share_windows_and_match_parameters():
     assert abs(n_base / n_r4 - 1) < 0.10
 
 
-def test_a_language_models_report_gives_its_perplexity(tmp_path, tiny_run):
+def test_a_language_models_report_gives_its_perplexity(tmp_path, tiny_run_copy):
     """The next-token LM families (baseline_lm, splm) report perplexity = exp(next-token CE over the
     stream); the window models do not (their window CE is no per-token LM loss)."""
     import math
@@ -238,4 +238,4 @@ def test_a_language_models_report_gives_its_perplexity(tmp_path, tiny_run):
     train(tiny_config(model_family="baseline_lm"), str(tmp_path))
     report = evaluate_run(str(tmp_path), split="validation", num_examples=0, rollout_steps=0)
     assert report["perplexity"] == math.exp(report["window_ce"])
-    assert "perplexity" not in evaluate_run(str(tiny_run), split="validation", num_examples=0, rollout_steps=0)
+    assert "perplexity" not in evaluate_run(str(tiny_run_copy), split="validation", num_examples=0, rollout_steps=0)
