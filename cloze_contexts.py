@@ -1,5 +1,5 @@
 """How the PMI and ending-only Story Cloze accuracies move with the choice of the K stories that lend
-their contexts (issue 26), for K = 8, 32, 64 by default:
+their contexts, for K = 8, 32, 64 by default:
 
     python cloze_contexts.py --workdir=runs/compare_roc/rank4 --cloze_data=../shared/data/storycloze_val_2016.csv
 

@@ -1,4 +1,4 @@
-"""The size ladder (issue 35): each model family at its own learning rate (a short sweep), then at
+"""The size ladder: each model family at its own learning rate (a short sweep), then at
 several rank-4 fiber widths D = dx·dt, every run to its validation optimum; evaluates every selected
 checkpoint and writes ladder.md, ladder.json and plots/ladder.png (``rank4jax.experiments.ladder``).
 

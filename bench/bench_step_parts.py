@@ -1,5 +1,5 @@
 """Where the rank-4 train step's time goes: the whole step against its parts, timed separately on
-the same batch (issue 28). The parts: the gradient of the loss (forward and backward), the loss
+the same batch. The parts: the gradient of the loss (forward and backward), the loss
 forward in train mode (dropout) and eval mode, and the AdamW update alone.
 
     python -m bench.bench_step_parts [--sizes small,medium] [--layouts trimmed,compact]

@@ -12,7 +12,7 @@ no dropout). For the Story Cloze stories add
 --config.tokenizer.lowercase=True --config.tokenizer.min_count=2``.
 
 Expected runtime: about 17 minutes on 2 CPU cores (1,500 steps of 32 windows, d = 64, L = 4; measured
-0.6–1.2 s a step, issue 37).
+0.6–1.2 s a step).
 ``python splm_report.py`` runs all three models on both corpora and prints the comparison table.
 """
 

@@ -1,5 +1,5 @@
 """The package graph of rank4jax, read from the sources: it has no cycle, and every import points
-down the order README's layout section states."""
+down the order docs/development.md's layout section states."""
 
 import ast
 import pathlib

@@ -246,24 +246,27 @@ def plot_comparison(curves: dict, families: dict, out_path: str) -> None:
     import matplotlib.pyplot as plt
 
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    labels = {name: f"{name}: {FAMILIES[families[name]].selection_loss}" for name in curves}
-    for name, metrics in curves.items():
-        train_pts = [(r["step"], r["loss"]) for r in metrics.get("train", [])]
-        val_pts = [(r["step"], r["window_ce"]) for r in metrics.get("validation", [])]
-        ls_pts = [(r["step"], r["last_slice_ce"]) for r in metrics.get("validation", [])]
-        for ax, pts in ((axes[0], train_pts), (axes[1], val_pts), (axes[2], ls_pts)):
+    # one loss per axis: each run's own selection loss (training and validation: the same quantity),
+    # then the validation LS(T) of every run (the one loss the families share)
+    fig, axes = plt.subplots(1, len(curves) + 1, figsize=(5 * (len(curves) + 1), 4))
+    for ax, (name, metrics) in zip(axes, curves.items(), strict=False):
+        for split, key, label in (("train", "loss", "training"), ("validation", "window_ce", "validation")):
+            pts = [(r["step"], r[key]) for r in metrics.get(split, [])]
             if pts:
-                ax.plot(*zip(*pts, strict=True), label=labels[name] if ax is not axes[2] else name)
-        if val_pts:
-            best = min(val_pts, key=lambda p: p[1])
-            axes[1].plot([best[0]], [best[1]], "o", mfc="none", ms=10, color="k")
-    for ax, title in zip(axes, ("training loss", "validation selection loss", "validation LS(T)"), strict=True):
-        ax.set_title(title)
+                ax.plot(*zip(*pts, strict=True), label=label)
+        ax.set_title(f"{name}: {FAMILIES[families[name]].selection_loss}")
+    for name, metrics in curves.items():
+        ls_pts = [(r["step"], r["last_slice_ce"]) for r in metrics.get("validation", [])]
+        if ls_pts:
+            axes[-1].plot(*zip(*ls_pts, strict=True), label=name)
+    axes[-1].set_title("validation LS(T), every run")
+    for ax in axes:
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("step")
         ax.set_ylabel("cross-entropy (nats)")
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.get_lines():
+            ax.legend()
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)

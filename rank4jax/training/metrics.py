@@ -222,8 +222,8 @@ def selection_loss(workdir: str) -> str:
 
 
 def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
-    """Draw train window loss, validation window loss and validation LS(T) against step (like the
-    paper's Figures 3–4) into ``workdir/plots/curves.png``. Returns the path, or None if no data."""
+    """Draw the training and validation loss (one axis) and the validation LS(T) against step (like
+    the paper's Figures 3–4) into ``workdir/plots/curves.png``. Returns the path, or None if no data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -236,25 +236,28 @@ def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
     out_path = out_path or os.path.join(workdir, "plots", "curves.png")
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     selection = selection_loss(workdir)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    panels = [
-        (axes[0], train, "loss", f"training objective: {selection}"),
-        (axes[1], val, "window_ce", f"validation {selection}"),
-        (axes[2], val, "last_slice_ce", "validation LS(T)"),
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = [  # (axis, [(records, key, label)], title): training and validation loss on one axis
+        (axes[0], [(train, "loss", "training (objective)"), (val, "window_ce", "validation")], selection),
+        (axes[1], [(val, "last_slice_ce", "validation")], "LS(T): the cross-entropy of S(T)"),
     ]
-    for ax, records, key, title in panels:
-        points = [(r["step"], r[key]) for r in records if key in r]
-        if points:
+    for ax, curves, title in panels:
+        for records, key, label in curves:
+            points = [(r["step"], r[key]) for r in records if key in r]
+            if not points:
+                continue
             steps, values = zip(*points, strict=True)
-            ax.plot(steps, values, marker="." if len(points) < 50 else None)
-        if records is val and points:
-            best = min(points, key=lambda p: p[1])
-            ax.plot([best[0]], [best[1]], "o", mfc="none", ms=10, color="k", label=f"min {best[1]:.3f} @ {best[0]}")
-            ax.legend()
+            ax.plot(steps, values, marker="." if len(points) < 50 else None, label=label)
+            if records is val:
+                best = min(points, key=lambda p: p[1])
+                ax.plot([best[0]], [best[1]], "o", mfc="none", ms=10, color="k", label=f"min {best[1]:.4f} @ {best[0]}")
+        ax.ticklabel_format(axis="y", useOffset=False)  # a 0.0001-nat change is not drawn as a fall
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel("cross-entropy (nats)")
         ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend()
     fig.tight_layout()
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
