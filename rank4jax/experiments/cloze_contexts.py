@@ -1,4 +1,4 @@
-"""How many lent contexts K the PMI and ending-only Story Cloze rules need (issue 26).
+"""How many lent contexts K the PMI and ending-only Story Cloze rules need.
 
 Both rules estimate an ending's prior p(e) by the mean of p(e | c_k) over the contexts of K other
 stories (``evaluation.evaluators``). Which K stories lend them is a random choice; this measures how
