@@ -58,6 +58,9 @@ def model() -> ml_collections.ConfigDict:
     # The slices the training loss averages over: "all", S(1..T) (the paper's), or "last", S(T) only (an
     # extra: with no temporal mask the targets S(1..T-1) are visible input sentences). Part of the identity.
     c.objective_slices = "all"
+    # How a token enters and leaves the fiber: "outer", Esem ⊗ Etmp (the paper's), or "flat", a free
+    # vector of D numbers per token with a readout tied to it (an ablation of the factorisation).
+    c.token_code = "outer"
     c.zpx = ml_collections.ConfigDict()  # ZPX geometric attention scores (seed 001)
     c.zpx.score = "standard"  # standard | zpx_angle | zpx_angle_sphere
     c.zpx.channels = 8  # C phase channels

@@ -113,14 +113,20 @@ ZPX = ZPXConfig(score="zpx_angle_sphere", channels=3, center_weight=0.3)
 
 
 @pytest.mark.parametrize(
-    "train_mode,score,all_groups",
-    [(False, STANDARD, (1, 3)), (True, STANDARD, (1, 3)), (True, ZPX, (2,))],  # one group, several, uneven
-    ids=["eval", "train", "train-zpx"],
+    "train_mode,score,all_groups,token_code",
+    [
+        (False, STANDARD, (1, 3), "outer"),
+        (True, STANDARD, (1, 3), "outer"),
+        (True, ZPX, (2,), "outer"),
+        (True, STANDARD, (2,), "flat"),
+    ],  # one group, several, uneven
+    ids=["eval", "train", "train-zpx", "train-flat"],
 )
-def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_groups):
-    """One forward serves both layouts, a score variant (its term and its regulariser) included."""
+def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_groups, token_code):
+    """One forward serves both layouts, a score variant (its term and its regulariser) and the flat
+    token code included."""
     with jax.enable_x64(True):
-        cfg = _cfg(dropout=0.3, score=score)
+        cfg = _cfg(dropout=0.3, score=score, token_code=token_code)
         params = numpy_params(rank4jax.init_params, cfg, jnp.float64)  # nothing to compile
         windows = _windows(cfg)
         rng = jax.random.key(5) if train_mode else None

@@ -21,14 +21,14 @@ LN_EPSILON = 1e-5  # SPEC §3 [choice]
 
 
 def params_family(params) -> str:
-    """Which family's parameter tree this is, from its layout: "rank4" (embed {sem, tmp} and a
-    readout), "splm" (a potential), "baseline" (a token table array: the baseline and baseline_lm),
+    """Which family's parameter tree this is, from its layout: "rank4" (embed a dict of token
+    tables), "splm" (a potential), "baseline" (a token table array: the baseline and baseline_lm),
     or "unknown"."""
     if not isinstance(params, dict):
         return "unknown"
     if "potential" in params:
         return "splm"
-    if isinstance(params.get("embed"), dict) and "readout" in params:
+    if isinstance(params.get("embed"), dict):  # the rank-4 token code's tables (and readout, if any)
         return "rank4"
     return "baseline" if hasattr(params.get("embed"), "shape") else "unknown"
 

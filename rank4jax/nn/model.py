@@ -33,6 +33,8 @@ class Rank4Model(nnx.Module):
                 raise ValueError("pass rngs=nnx.Rngs(seed) to initialise the model, or use Rank4Model.from_params")
             params = init_params(rngs.params(), cfg, dtype)
         common.check_params(params, "rank4", "Rank4Model")
+        if cfg.token_code != "outer":
+            raise ConfigError(f"rank4jax.nn holds the paper's token code ('outer'), not {cfg.token_code!r}")
         if len(params["layers"]) != cfg.n_layers:
             raise ConfigError(f"the parameters have {len(params['layers'])} layers; the config says {cfg.n_layers}")
         self.cfg, self.deterministic = cfg, True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rank4jax.errors import ConfigError
+from rank4jax.models.rank4.token_code import TOKEN_CODES as CODES
 from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import validate_window_model
 
@@ -12,6 +13,7 @@ ATTENTION_MODES = ("autodiff", "analytic")  # "analytic": the §6 hand-derived b
 # the slices the training loss covers: "all" S(1..T) (the paper, SPEC §4) or "last" S(T) only (an
 # extra: with no temporal mask the targets S(1..T-1) are visible in the input, so "all" is 3/4 copies)
 OBJECTIVE_SLICES = ("all", "last")
+TOKEN_CODES = ("outer", "flat")  # the paper's Esem ⊗ Etmp, or a free vector per token (an ablation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,7 @@ class Rank4Config:
     attention: str = "autodiff"
     score: object = STANDARD  # attention-score variant (rank4jax.models.scores): the paper's, or a ZPXConfig
     objective_slices: str = "all"  # OBJECTIVE_SLICES: what the training objective averages over
+    token_code: str = "outer"  # TOKEN_CODES: how a token enters and leaves the fiber (rank4.token_code)
 
     def __post_init__(self):
         validate_window_model(self)
@@ -37,8 +40,15 @@ class Rank4Config:
             raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
         if self.objective_slices not in OBJECTIVE_SLICES:
             raise ConfigError(f"objective_slices must be one of {OBJECTIVE_SLICES}, got {self.objective_slices!r}")
+        if self.token_code not in TOKEN_CODES:
+            raise ConfigError(f"token_code must be one of {TOKEN_CODES}, got {self.token_code!r}")
         if self.attention == "analytic" and self.score != STANDARD:
             raise ConfigError("the analytic (§6) backward covers the standard score only; use attention='autodiff'")
+
+    @property
+    def tokens(self):
+        """The token code (``rank4jax.models.rank4.token_code``) this config names."""
+        return CODES[self.token_code]
 
     @property
     def width(self) -> int:

@@ -16,15 +16,12 @@ import numpy as np
 from rank4jax.models.common import sinusoid_table
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.layout import window_rows
-from rank4jax.tokens import PAD_ID
 
 
 def init_embedding(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
-    """Esem (V, dx), Etmp (V, dt) ~ N(0, 1) with the PAD row zero (SPEC §5)."""
-    k_sem, k_tmp = jax.random.split(key)
-    sem = jax.random.normal(k_sem, (cfg.vocab_size, cfg.dx), dtype).at[PAD_ID].set(0)
-    tmp = jax.random.normal(k_tmp, (cfg.vocab_size, cfg.dt), dtype).at[PAD_ID].set(0)
-    return {"sem": sem, "tmp": tmp}
+    """The token code's input parameters (SPEC §5; the paper's: Esem (V, dx), Etmp (V, dt) ~ N(0, 1)
+    with the PAD row zero)."""
+    return cfg.tokens.init(key, key, cfg.vocab_size, cfg.dx, cfg.dt, dtype)[0]
 
 
 def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -35,24 +32,18 @@ def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:
     return spatial.astype(dtype), joint[phase].astype(dtype)
 
 
-def embed_tokens(params: dict, tok: jax.Array, spatial: jax.Array, joint: jax.Array) -> jax.Array:
-    """X = Esem[tok] ⊗ Etmp[tok] + P[x] + R[x + t] for token ids of any shape (...):
-    ``spatial`` (..., dx) and ``joint`` (..., dt) are the position-table entries of each token,
-    broadcastable to tok's shape. → (..., dx, dt)."""
-    sem = jnp.take(params["sem"], tok, axis=0)  # (..., dx)
-    tmp = jnp.take(params["tmp"], tok, axis=0)  # (..., dt)
-    x = sem[..., :, None] * tmp[..., None, :]  # Stage A: outer product
-    x = x + spatial[..., :, None]  # Stage B: P[x, n], same for every q
-    return x + joint[..., None, :]  # Stage D: R[x + t, q], same for every n
-
-
 def embed_rows(params: dict, rows, cfg: Rank4Config) -> jax.Array:
-    """X at the rows of a layout (``rank4jax.models.rank4.layout.Rows``): (G, R, D) flattened fibers."""
-    spatial, joint = position_tables(cfg, params["sem"].dtype)  # P (N, dx), R[x+t] (N, T, dt)
+    """X at the rows of a layout (``rank4jax.models.rank4.layout.Rows``): (G, R, D) flattened fibers,
+
+    X = token(tok) + P[x] (every q) + R[x + t] (every n),   token = Esem ⊗ Etmp (the paper's code)."""
+    dtype = jax.tree_util.tree_leaves(params)[0].dtype
+    spatial, joint = position_tables(cfg, dtype)  # P (N, dx), R[x+t] (N, T, dt)
     # on one row axis, for the reason common.on_rows gives: XLA:CPU reduces the outer product's
     # backward (R, dx, dt) → (R, dx) several times faster than with the leading group axis kept apart
     tok, position, slice_ = (a.reshape(-1) for a in (rows.tokens, rows.position, rows.slice))
-    x = embed_tokens(params, tok, jnp.asarray(spatial)[position], jnp.asarray(joint)[position, slice_])
+    x = cfg.tokens.vectors(params, tok, (cfg.dx, cfg.dt))  # Stage A: the token  (G·R, dx, dt)
+    x = x + jnp.asarray(spatial)[position][:, :, None]  # Stage B: P[x, n], same for every q
+    x = x + jnp.asarray(joint)[position, slice_][:, None, :]  # Stage D: R[x + t, q], same for every n
     return x.reshape(rows.tokens.shape + (cfg.width,))
 
 

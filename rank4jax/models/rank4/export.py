@@ -17,7 +17,7 @@ from rank4jax.models.rank4.config import Rank4Config
 def canonical_shapes(cfg: Rank4Config) -> dict[str, tuple[int, ...]]:
     """Every exported name with its shape, in a stable order."""
     v, dx, dt, h, d = cfg.vocab_size, cfg.dx, cfg.dt, cfg.n_heads, cfg.width
-    shapes = {"embed.sem": (v, dx), "embed.tmp": (v, dt), "readout.tmp": (v, dt)}
+    shapes = cfg.tokens.export_shapes(v, dx, dt)  # the paper's: embed.sem, embed.tmp, readout.tmp
     for layer in range(cfg.n_layers):
         p = f"layers.{layer}."
         shapes |= {

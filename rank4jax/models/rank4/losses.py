@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from rank4jax.models.losses import ce_sums, means_from_sums, row_mean
-from rank4jax.models.rank4.readout import apply_readout, target_logits
+from rank4jax.models.rank4.token_code import TOKEN_CODES
 from rank4jax.tokens import PAD_ID
 
 
@@ -52,10 +52,17 @@ def readout_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax
 
 def row_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax.Array, last: jax.Array) -> dict:
     """The sums of :func:`window_loss_sums` over rows: Y (..., R, D), targets (..., R) (PAD: no
-    loss) and ``last`` (..., R) bool, True for the rows of the last input slice."""
+    loss) and ``last`` (..., R) bool, True for the rows of the last input slice; the paper's
+    readout factors Esem (V, dx) and W′ (V, dt)."""
+    params = {"embed": {"sem": sem}, "readout": {"tmp": tmp}}
+    return code_loss_sums(params, y, targets, last, TOKEN_CODES["outer"])
+
+
+def code_loss_sums(params: dict, y: jax.Array, targets: jax.Array, last: jax.Array, code) -> dict:
+    """:func:`row_loss_sums` through a token code's readout (``rank4jax.models.rank4.token_code``)."""
     chex.assert_equal_shape([targets, last])
-    logits = apply_readout(sem, tmp, y)  # (..., R, V)
-    ce = jax.nn.logsumexp(logits, axis=-1) - target_logits(sem, tmp, y, targets)
+    logits = code.logits(params, y)  # (..., R, V)
+    ce = jax.nn.logsumexp(logits, axis=-1) - code.target_logits(params, y, targets)
     frozen = jax.lax.stop_gradient(logits)  # accuracy only: no gradient through the index
     correct = jnp.take_along_axis(frozen, targets[..., None], axis=-1)[..., 0] >= jnp.max(frozen, axis=-1)
     return ce_sums(ce, correct, targets != PAD_ID, last)

@@ -7,8 +7,8 @@ forward serves them all).
 
 Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kept as (H, D, D)):
 
-    embed:   {sem (V, dx), tmp (V, dt)}
-    readout: {tmp (V, dt)}                         W′
+    embed:   {sem (V, dx), tmp (V, dt)}             the paper's token code; ``token_code="flat"``: {tok (V, D)}
+    readout: {tmp (V, dt)}                         W′ (none for the flat code, tied to E)
     layers:  [{ln_attn: {scale, bias} (dx, dt), attn: {wq, wk, wv} (H, D, D),
                ln_mlp: {scale, bias} (dx, dt), mlp: {w1 (D, 4D), b1 (4D,), w2 (4D, D), b2 (D,)}}] × L
     final_ln: {scale, bias} (dx, dt)
@@ -30,10 +30,9 @@ from rank4jax.models import common
 from rank4jax.models.common import init_layer_norm, layer_norm
 from rank4jax.models.rank4.block import attention_sublayer, init_layer, pre_ln_block
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.embedding import embed_rows, init_embedding
+from rank4jax.models.rank4.embedding import embed_rows
 from rank4jax.models.rank4.layout import Rows, training_rows, window_rows
-from rank4jax.models.rank4.losses import row_loss_sums
-from rank4jax.models.rank4.readout import apply_readout, init_readout
+from rank4jax.models.rank4.losses import code_loss_sums
 
 
 def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
@@ -41,12 +40,9 @@ def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     k_embed, k_readout, k_layers = jax.random.split(key, 3)
     layer_keys = jax.random.split(k_layers, cfg.n_layers)
     layers = [init_layer(k, cfg.dx, cfg.dt, cfg.n_heads, cfg.score, dtype) for k in layer_keys]
-    return {
-        "embed": init_embedding(k_embed, cfg, dtype),
-        "readout": init_readout(k_readout, cfg.vocab_size, cfg.dt, cfg.width, dtype),
-        "layers": layers,
-        "final_ln": init_layer_norm((cfg.dx, cfg.dt), dtype),
-    }
+    embed, readout = cfg.tokens.init(k_embed, k_readout, cfg.vocab_size, cfg.dx, cfg.dt, dtype)
+    params = {"embed": embed, "layers": layers, "final_ln": init_layer_norm((cfg.dx, cfg.dt), dtype)}
+    return params | ({} if readout is None else {"readout": readout})
 
 
 def key_padding_mask(inputs: jax.Array) -> jax.Array:
@@ -107,7 +103,7 @@ def loss_sums(params: dict, batch, cfg: Rank4Config, *, train: bool = False, rng
     n_target_rows = rows.targets.shape[1]
     y, aux = hidden_rows(params, rows, cfg, train=train, rng=rng)
     last = rows.slice[:, :n_target_rows] == cfg.n_slices - 1
-    sums = row_loss_sums(y[:, :n_target_rows], params["embed"]["sem"], params["readout"]["tmp"], rows.targets, last)
+    sums = code_loss_sums(params, y[:, :n_target_rows], rows.targets, last, cfg.tokens)
     return sums, aux
 
 
@@ -152,7 +148,7 @@ def forward(
     """inputs (B, T, N) int32 = S(0..T-1) → logits (B, N, T, V) (SPEC §11)."""
     batch = inputs.shape[0]
     y = hidden_states(params, inputs, cfg, train=train, rng=rng)
-    logits = apply_readout(params["embed"]["sem"], params["readout"]["tmp"], y)
+    logits = cfg.tokens.logits(params, y)  # (B, P, V)
     logits = logits.reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size)
     chex.assert_shape(logits, (batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size))
     return logits
@@ -170,7 +166,7 @@ def next_state_logits(
     y = hidden_states(params, inputs, cfg, embedded=embedded).reshape(batch, cfg.n_tokens, cfg.n_slices, cfg.width)[
         :, :, -1
     ]
-    logits = apply_readout(params["embed"]["sem"], params["readout"]["tmp"], y)
+    logits = cfg.tokens.logits(params, y)  # (B, N, V)
     chex.assert_shape(logits, (batch, cfg.n_tokens, cfg.vocab_size))
     return logits
 
