@@ -18,13 +18,15 @@ def _text(page: pathlib.Path) -> str:
     return page.read_text(encoding="utf-8")
 
 
-def test_the_python_blocks_run(tiny_run, capsys):
+def test_the_python_blocks_run(tiny_run, tmp_path, capsys):
+    """Each as written; "runs/default" is the shared tiny run, "runs/from_python" a new workdir."""
     blocks = [(page.name, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", _text(page), re.S)]
-    assert [name for name, _ in blocks] == ["README.md", "README.md", "evaluation.md"]
+    assert [name for name, _ in blocks] == ["README.md", "README.md", "evaluation.md", "operations.md"]
     for name, block in blocks:
-        exec(compile(block.replace('"runs/default"', repr(str(tiny_run))), name, "exec"), {})
+        block = block.replace('"runs/default"', repr(str(tiny_run)))
+        exec(compile(block.replace('"runs/from_python"', repr(str(tmp_path))), name, "exec"), {})
     printed = capsys.readouterr().out
-    assert "172512128" in printed and "[UNK:" in printed
+    assert "172512128" in printed and "[UNK:" in printed and "20 True" in printed
 
 
 def commands() -> list[tuple[str, list[str]]]:
