@@ -5,9 +5,14 @@ compute) and the parameter-matched free-running 1-D baseline (the size ladder's 
 evaluated as the ladder evaluates: test LS(T), Δ, context gain, Story Cloze by mean CE, PMI and
 ending only on the 1,571 validation stories, with McNemar's exact test per rule.
 
-    bash bench/prepare_device.sh                          # here: wheels and data into .device_run/
-    python -m bench.paper_comparison --out=$OUT           # on the GPU (the device command below)
-    python -m bench.paper_comparison --tiny --out=/tmp/pc # anywhere: the same code at a tiny size
+    bash bench/prepare_device.sh                            # first, here: wheels and data into .device_run/
+    python -m bench.paper_comparison --tiny --out=runs/pc   # anywhere: the same code at a tiny size
+
+On the lent GPU machine (its image has JAX and CUDA; ``.device_run`` carried, about 7 minutes
+allowed), the wheels installed ahead of the image's packages, then the comparison:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device_run/wheels/*.whl \
+      && PYTHONPATH=/tmp/site:. python3 -m bench.paper_comparison --out=$OUT 2>&1 | tee $OUT/log.txt
 
 Why a wall-time budget and not each run's validation optimum: the paper trained for 2.4 h (rank-4)
 and 45.2 h (baseline) on two RTX 3080s; the lease allows 5 minutes. Each family first trains
@@ -15,12 +20,16 @@ and 45.2 h (baseline) on two RTX 3080s; the lease allows 5 minutes. Each family 
 ``--budget_s`` seconds; it is validated ``--validations`` times and the best validated checkpoint
 is the one evaluated (as every run of the project selects). The table says where each stopped.
 
-Arithmetic for one H200 (docs/performance.md, "GPU (one H200), paper sizes"): the rank-4 bf16 train
-step at full width runs about 3,700 windows/s, so 60 s is about 6 epochs of the 36,040 training
-stories; the free-running baseline decodes S(T) token by token inside its step (the paper: 18.8× the
-rank-4 model's wall time), so it sees about a third of an epoch in the same 60 s. Compiling the two
-train steps and the evaluation programs took 15–20 s each there; with the data preparation
-(about 10 s) and the evaluation (about 10 s a family) the whole command takes about 4 minutes.
+Arithmetic for one H200 (docs/performance.md, "On one H200"; an estimate, not yet measured): the
+rank-4 bf16 train step at full width runs about 3,700 windows/s, so its 40 s budget is about 4
+epochs of the 36,040 training stories; the free-running baseline decodes S(T) token by token in its
+step (the paper: 18.8× the rank-4 model's wall time), about 200 windows/s, a fifth of an epoch in
+the same 40 s. Its evaluation decodes too: about 8 s per validation (4,522 windows at an estimated
+600 windows/s), 7 s for the test split and 50 s for Story Cloze (1,571 stories × 2 endings × (1 + 8
+lent contexts)). With compilation (15–20 s per program, about 6 programs a family), the data
+(about 10 s) and the rank-4 model's own evaluation (about 15 s), the command takes about 5 minutes:
+run it with ``timeout_s=420`` and lower ``--budget_s`` or ``--validations`` if a first try shows the
+estimate short.
 """
 
 from __future__ import annotations
@@ -113,14 +122,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default="runs/paper_comparison", help="where the report goes ($OUT on the device)")
     ap.add_argument("--workdir", default=None, help="the runs (checkpoints: GBs at paper size); default a temp dir")
     ap.add_argument("--data_dir", default=None, help=f"holds {ROCSTORIES} and {CLOZE}")
-    ap.add_argument("--budget_s", type=float, default=None, help="training seconds per family (60; tiny 2)")
-    ap.add_argument("--probe_steps", type=int, default=None, help="steps that time a family (200; tiny 4)")
-    ap.add_argument("--validations", type=int, default=5, help="validated checkpoints per family after the probe")
+    ap.add_argument("--budget_s", type=float, default=None, help="training seconds per family (40; tiny 2)")
+    ap.add_argument("--probe_steps", type=int, default=None, help="steps that time a family (100; tiny 4)")
+    ap.add_argument("--validations", type=int, default=3, help="validated checkpoints per family after the probe")
     ap.add_argument("--cloze_contexts", type=int, default=8, help="K lent contexts of the PMI and ending-only rules")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    args.budget_s = args.budget_s if args.budget_s is not None else (2.0 if args.tiny else 60.0)
-    args.probe_steps = args.probe_steps or (4 if args.tiny else 200)
+    args.budget_s = args.budget_s if args.budget_s is not None else (2.0 if args.tiny else 40.0)
+    args.probe_steps = args.probe_steps or (4 if args.tiny else 100)
     return run(args)
 
 
