@@ -51,18 +51,5 @@ def __getattr__(name):
     return value
 
 
-__all__ = [
-    "Rank4Config",
-    "count_params",
-    "export_params",
-    "forward",
-    "import_params",
-    "init_layer",
-    "init_params",
-    "load_run",
-    "predict_next",
-    "rank4_attention",
-    "rank4_block",
-    "window_losses",
-]
+__all__ = sorted(_HOMES)
 __version__ = "0.1.0"

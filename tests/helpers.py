@@ -2,6 +2,7 @@
 compile log."""
 
 import contextlib
+import math
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +61,14 @@ def _apply(config, values: dict) -> None:
         for p in parents:
             node = node[p]
         node[leaf] = value
+
+
+def hand_position_tables():
+    """The fixed tables of a model with N = 2, T = 2, dx = 2, dt = 3, by hand (SPEC §2): P[x][n] and
+    R[x + t][q], with the tokens tok[b, t, x] of a (B=1, T=2, N=2) window the exact tests embed."""
+    p_tab = [[0.0, 1.0], [math.sin(1.0), math.cos(1.0)]]  # P[x, n]
+    r_tab = [[math.sin(p), math.cos(p), math.sin(p / 10000 ** (2 / 3))] for p in range(4)]  # R[x+t, q]
+    return p_tab, r_tab, np.array([[[5, 2], [0, 3]]])
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from rank4jax.models.rank4.embedding import apply_embedding
 from rank4jax.models.rank4.losses import last_slice_mean_ce
 from rank4jax.models.rank4.model import key_padding_mask
 from rank4jax.models.rank4.readout import apply_readout
+from tests.helpers import hand_position_tables
 
 _forward = jax.jit(rank4jax.forward, static_argnums=2)  # one program per input shape (eager: one per op)
 
@@ -38,9 +39,7 @@ def test_input_tensor_exact():
     tmp = np.arange(18, dtype=np.float64).reshape(6, 3) / 7.0 - 1.0
     sem[0] = 0.0
     tmp[0] = 0.0
-    tok_btn = np.array([[[5, 2], [0, 3]]])  # (B=1, T=2, N=2): tok[b, t, x]
-    p_tab = [[0.0, 1.0], [math.sin(1.0), math.cos(1.0)]]  # P[x, n]
-    r_tab = [[math.sin(p), math.cos(p), math.sin(p / 10000 ** (2 / 3))] for p in range(4)]  # R[x+t, q]
+    p_tab, r_tab, tok_btn = hand_position_tables()  # P[x][n], R[x+t][q], tok[b, t, x] (B=1, T=2, N=2)
     expected = np.zeros((1, 2, 2, 2, 3))
     for x in range(2):
         for t in range(2):

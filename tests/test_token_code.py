@@ -4,7 +4,6 @@ exact values on a tiny case, the loss from the factors equal to the loss from th
 end, and the ablation's parameter match."""
 
 import copy
-import math
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,7 @@ from rank4jax.models.rank4.losses import code_loss_sums, window_loss_sums
 from rank4jax.models.rank4.model import hidden_states
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from tests.helpers import numpy_params, tiny_config
+from tests.helpers import hand_position_tables, numpy_params, tiny_config
 
 
 def _cfg(**kw):
@@ -31,9 +30,7 @@ def test_the_flat_input_tensor_by_hand():
     cfg = _cfg()
     table = np.arange(36, dtype=np.float64).reshape(6, 6) / 10.0
     table[0] = 0.0
-    tok_btn = np.array([[[5, 2], [0, 3]]])  # (B=1, T=2, N=2): tok[b, t, x]
-    p_tab = [[0.0, 1.0], [math.sin(1.0), math.cos(1.0)]]  # P[x, n]
-    r_tab = [[math.sin(p), math.cos(p), math.sin(p / 10000 ** (2 / 3))] for p in range(4)]  # R[x+t, q]
+    p_tab, r_tab, tok_btn = hand_position_tables()  # P[x][n], R[x+t][q], tok[b, t, x] (B=1, T=2, N=2)
     expected = np.zeros((1, 2, 2, 2, 3))
     for x in range(2):
         for t in range(2):
