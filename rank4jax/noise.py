@@ -3,15 +3,15 @@ installed by every command line (``cli.parse_flags``) on the named loggers they 
 import and never by the library: a notebook or a test sees the libraries' logs as they are.
 
 Filtered (``LibraryLogFilter``): orbax's warnings about what this project does on purpose (a
-preemption save without a validation loss, read-only managers for evaluation), about the optional
+preemption save without a validation loss), about the optional
 step metadata file, which orbax does without, or about reaching the preemption sync point of a
 multi-process run (the run says at which step it saved); its error logs and asyncio's "Task exception was never
 retrieved" about a failed save whose cause is a storage fault (a full disk, a quota, a read-only or
 forbidden directory: reported in one line by ``checkpoint.storage.storage_error``), or about the reads
 of the other arrays of a checkpoint whose first failed read rank4jax reports as damage.
 
-No exception hook is installed anywhere. orbax's abandoned reads after a failed restore are closed
-where the failure is handled (``checkpoint.storage.close_abandoned_reads``); any other traceback a
+No exception hook is installed anywhere. orbax's abandoned coroutines after a failed restore or save are closed
+where the failure is handled (``checkpoint.storage.close_abandoned_coroutines``); any other traceback a
 library prints from one of its threads or a finalizer (TensorStore's callbacks finding asyncio's
 loop closed) is left as the library prints it.
 """
@@ -52,8 +52,6 @@ class LibraryLogFilter(logging.Filter):
 
     MESSAGES = (
         "did not provide metrics",
-        "setting save_interval_steps=0",
-        "Given directory is read only",
         "Metadata file",  # a damaged _CHECKPOINT_METADATA: orbax reads the checkpoint without it
         "Reached preemption sync point",  # a multi-process SIGTERM: the run says where it saved
     )

@@ -949,7 +949,7 @@ def test_json_files_of_the_wrong_shape_are_read_as_absent(tmp_path, capsys):
 def test_orbax_reads_abandoned_by_a_failed_restore_are_closed_where_it_is_handled():
     """orbax leaves the other arrays' reads suspended when one fails, and turns the GeneratorExit of
     their close() into an Exception: collected later, each printed "Exception ignored" with a traceback
-    (dozens for one damaged checkpoint). ``close_abandoned_reads`` closes them in the except block of
+    (dozens for one damaged checkpoint). ``close_abandoned_coroutines`` closes them in the except block of
     the failed restore, catching that exception; it fails here if orbax renames its read coroutine."""
     from orbax.checkpoint._src.serialization import serialization
 
@@ -965,12 +965,18 @@ def test_orbax_reads_abandoned_by_a_failed_restore_are_closed_where_it_is_handle
         except GeneratorExit:
             raise Exception("Encountered error while reading array index") from None  # noqa: TRY002
 
-    _read_array_index_and_device_put.__code__ = _read_array_index_and_device_put.__code__.replace(
-        co_filename="/site-packages/orbax/checkpoint/_src/serialization/serialization.py"
-    )  # where orbax's read lives
-    read = _read_array_index_and_device_put()
+    async def write_fragment():  # a failed save's write: closed only after a failed save
+        await Suspend()
+
+    in_orbax = "/site-packages/orbax/checkpoint/_src/serialization/serialization.py"  # where orbax's read lives
+    for fn in (_read_array_index_and_device_put, write_fragment):
+        fn.__code__ = fn.__code__.replace(co_filename=in_orbax)
+    read, write, unstarted = _read_array_index_and_device_put(), write_fragment(), write_fragment()
     read.send(None)  # suspended at its await, as an abandoned read is
-    assert storage.close_abandoned_reads() == 1 and read.cr_frame is None
+    write.send(None)
+    assert storage.close_abandoned_coroutines() == 2  # the suspended read and the one that never started
+    assert read.cr_frame is None and unstarted.cr_frame is None and write.cr_frame is not None
+    assert storage.close_abandoned_coroutines(writes=True) == 1 and write.cr_frame is None
 
 
 def test_the_log_filter_drops_what_rank4jax_reports_itself_and_passes_the_rest():

@@ -76,7 +76,7 @@ def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseE
     failed = min((s for s in steps if s is not None), default=None)  # the first save that failed
     if jax.process_index() == 0:  # the processes share the directory
         _remove_partial_saves(directory)
-    close_abandoned_reads(writes=True)  # the failed save's coroutines: none prints at exit
+    close_abandoned_coroutines(writes=True)  # the failed save's coroutines: none prints at exit
     steps_on_disk = sorted(int(n) for n in _listdir(directory) if n.isdigit())
     intact = [n for n in steps_on_disk if _committed(os.path.join(directory, str(n)))]
     broken = [n for n in steps_on_disk if n not in intact and n != failed]  # e.g. emptied by a failed deletion
@@ -117,7 +117,7 @@ def _listdir(directory: str) -> list[str]:
 ORBAX_READ = "_read_array_index_and_device_put"  # orbax's coroutine reading one array (its serialization module)
 
 
-def close_abandoned_reads(*, writes: bool = False) -> int:
+def close_abandoned_coroutines(*, writes: bool = False) -> int:
     """After a failed restore (a damaged checkpoint) or save (``writes``: a full disk), reported by the
     caller: orbax leaves the reads of the other arrays (and a failed save's writes) suspended in
     coroutines whose event loop has closed, and some never started. Collected later, a suspended one
@@ -403,7 +403,7 @@ class RunCheckpoints:
         try:  # the model is built from this checkpoint's own config: a failure here is damage
             params = self.manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
         except Exception as e:  # noqa: BLE001
-            close_abandoned_reads()
+            close_abandoned_coroutines()
             raise CheckpointDamaged(self.workdir, step, e) from None
         check_finite(self.workdir, step, params)
         return params
@@ -434,7 +434,7 @@ class RunCheckpoints:
         try:  # the caller checked the saved config matches: a failure here is damage
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001
-            close_abandoned_reads()
+            close_abandoned_coroutines()
             raise CheckpointDamaged(self.workdir, step, e) from None
         check_finite(self.workdir, step, restored["state"])
         if other_count_state is not None:

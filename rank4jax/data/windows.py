@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from rank4jax.data.readers import Story
 from rank4jax.data.tokenizers import Tokenizer
-from rank4jax.errors import ConfigError, DataError
+from rank4jax.errors import DataError
 from rank4jax.tokens import PAD_ID, UNK_ID
 
 SPLITS = ("train", "validation", "test")
@@ -54,25 +53,8 @@ def encode_story(tokenizer: Tokenizer, sentences: Sequence[str], n_tokens: int) 
     return np.stack([encode_state(tokenizer, s, n_tokens) for s in sentences]).reshape(-1, n_tokens)
 
 
-def _check_windows_fit(stories: Sequence[Story], n_tokens: int, n_slices: int) -> None:
-    """A ConfigError, before anything is allocated, when the windows (int32, T+1 states of N tokens)
-    would take more than this machine's memory (``model.n_tokens`` = 10⁷ failed deep in numpy)."""
-    n_windows = sum(max(0, len(story.sentences) - n_slices) for story in stories)
-    needed = n_windows * (n_slices + 1) * n_tokens * 4
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return
-    if needed > memory:
-        raise ConfigError(
-            f"model.n_tokens={n_tokens:,}: the {n_windows:,} windows of {n_slices + 1} states of {n_tokens:,} tokens "
-            f"need {needed / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; lower model.n_tokens"
-        )
-
-
 def make_windows(stories: Sequence[Story], tokenizer: Tokenizer, n_tokens: int, n_slices: int) -> WindowSet:
     """All windows of T+1 consecutive states of every story long enough."""
-    _check_windows_fit(stories, n_tokens, n_slices)
     windows, index, skipped, sentences, truncated = [], [], 0, 0, 0
     for i, story in enumerate(stories):
         if len(story.sentences) < n_slices + 1:

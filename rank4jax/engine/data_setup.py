@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 
 from rank4jax.data import corpus, readers, tokenizers, windows
+from rank4jax.engine import sharding
 from rank4jax.engine.run_config import tokenizer_options
 from rank4jax.errors import ConfigError, DataError, say
 
@@ -77,6 +78,18 @@ def load_stories(config: ml_collections.ConfigDict, path: str | None = None) -> 
     return stories, source
 
 
+def check_windows_fit(stories, n_tokens: int, n_slices: int) -> None:
+    """A ConfigError, before anything is allocated, when the stories' windows (int32, T+1 states of N
+    tokens) would take more than this machine's memory (``model.n_tokens`` = 10⁷ failed deep in numpy)."""
+    n_windows = sum(max(0, len(story.sentences) - n_slices) for story in stories)
+    needed, memory = n_windows * (n_slices + 1) * n_tokens * 4, sharding.host_memory_bytes()
+    if memory and needed > memory:
+        raise ConfigError(
+            f"model.n_tokens={n_tokens:,}: the {n_windows:,} windows of {n_slices + 1} states of {n_tokens:,} tokens "
+            f"need {needed / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB; lower model.n_tokens"
+        )
+
+
 def prepare_data(
     config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer | None = None, path: str | None = None
 ) -> RunData:
@@ -97,6 +110,7 @@ def prepare_data(
                 f"PAD/UNK/BOS/EOS (at least {MIN_REAL_TOKENS} needed); lower tokenizer.min_count or use more data"
             )
     n, t = config.model.n_tokens, config.model.n_slices
+    check_windows_fit(stories, n, t)
     made = {name: windows.make_windows(split[name], tokenizer, n, t) for name in windows.SPLITS}
     if not len(made["train"]):
         longest = max(len(s.sentences) for s in stories)
@@ -120,6 +134,7 @@ def prepare_split(
     stories, source = load_stories(config, path)
     if split != "all":
         stories = windows.split_stories(stories, tuple(config.data.split), config.data.split_salt)[split]
+    check_windows_fit(stories, config.model.n_tokens, config.model.n_slices)
     made = windows.make_windows(stories, tokenizer, config.model.n_tokens, config.model.n_slices)
     windows.check_token_ids(made.windows, tokenizer.vocab_size, f"{source} ({split} windows)")
     data_warnings(source, {split: made}, config.model.n_tokens)

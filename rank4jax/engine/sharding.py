@@ -111,6 +111,11 @@ def device_memory_bytes(device) -> int | None:
         stats = None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
+    return host_memory_bytes()
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's physical memory (None when unknown)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):

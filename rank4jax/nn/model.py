@@ -13,9 +13,8 @@ from flax import nnx
 from rank4jax.errors import ConfigError
 from rank4jax.models import common
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.model import attention_maps, init_params
+from rank4jax.models.rank4.model import attention_maps, init_params, key_padding_mask
 from rank4jax.nn.layers import FiberLayerNorm, Rank4Block, Rank4Embedding, Rank4Readout
-from rank4jax.tokens import PAD_ID
 
 
 class Rank4Model(nnx.Module):
@@ -65,7 +64,7 @@ class Rank4Model(nnx.Module):
             raise ValueError("Rank4Model in train mode with dropout > 0 needs rng=key")
         keys = common.window_keys(rng, batch)  # one dropout key per window
         x = self.embed(inputs)  # X (B, N, T, dx, dt)
-        key_mask = jnp.swapaxes(inputs, 1, 2) != PAD_ID  # (B, N, T): a key where the token is not PAD
+        key_mask = key_padding_mask(inputs).reshape(x.shape[:3])  # (B, N, T): a key where the token is not PAD
         for index, block in enumerate(self.layers):
             x = block(x, key_mask, rng=common.fold_in_keys(keys, index), deterministic=not train)  # (B, N, T, dx, dt)
         y = self.final_ln(x)  # Y (B, N, T, dx, dt)

@@ -13,7 +13,7 @@ ATTENTION_MODES = ("autodiff", "analytic")  # "analytic": the §6 hand-derived b
 # the slices the training loss covers: "all" S(1..T) (the paper, SPEC §4) or "last" S(T) only (an
 # extra: with no temporal mask the targets S(1..T-1) are visible in the input, so "all" is 3/4 copies)
 OBJECTIVE_SLICES = ("all", "last")
-TOKEN_CODES = ("outer", "flat")  # the paper's Esem ⊗ Etmp, or a free vector per token (an ablation)
+TOKEN_CODES = tuple(CODES)  # "outer", the paper's Esem ⊗ Etmp, or "flat", a free vector per token (an ablation)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,7 +41,12 @@ def apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
 def _apply_readout(sem: jax.Array, tmp: jax.Array, y: jax.Array) -> jax.Array:
     m = readout_matrix(sem, tmp)
     chex.assert_shape(y, y.shape[:2] + (m.shape[1],))
-    # logits in at least float32 (accumulated there from bfloat16 inputs): the CE's logsumexp needs them
+    return logits_of(y, m)
+
+
+def logits_of(y: jax.Array, m: jax.Array) -> jax.Array:
+    """y (..., D) against the readout matrix M (V, D) → logits (..., V), in at least float32
+    (accumulated there from bfloat16 inputs): the CE's logsumexp needs them."""
     return on_rows(lambda rows: jnp.matmul(rows, m.T, preferred_element_type=wide_dtype(y)), y)
 
 

@@ -22,8 +22,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import on_rows, wide_dtype
-from rank4jax.models.rank4.readout import apply_readout, init_readout, target_logits
+from rank4jax.models.common import wide_dtype
+from rank4jax.models.rank4.readout import apply_readout, init_readout, logits_of, target_logits
 from rank4jax.tokens import PAD_ID
 
 
@@ -76,9 +76,9 @@ class Flat:
         return jnp.take(embed["tok"], tok, axis=0).reshape(tok.shape + fiber)
 
     def logits(self, params: dict, y: jax.Array) -> jax.Array:
-        table = params["embed"]["tok"]  # (V, D)
+        """y (B, R, D) → (B, R, V) through E (V, D), the input table."""
         with jax.named_scope("readout"):
-            return on_rows(lambda rows: jnp.matmul(rows, table.T, preferred_element_type=wide_dtype(y)), y)
+            return logits_of(y, params["embed"]["tok"])
 
     def target_logits(self, params: dict, y: jax.Array, targets: jax.Array) -> jax.Array:
         rows = params["embed"]["tok"][targets]  # (..., R, D)
