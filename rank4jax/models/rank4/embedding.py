@@ -21,7 +21,7 @@ from rank4jax.models.rank4.layout import window_rows
 def init_embedding(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     """The token code's input parameters (SPEC §5; the paper's: Esem (V, dx), Etmp (V, dt) ~ N(0, 1)
     with the PAD row zero)."""
-    return cfg.tokens.init(key, key, cfg.vocab_size, cfg.dx, cfg.dt, dtype)[0]
+    return cfg.tokens.init_embed(key, cfg.vocab_size, cfg.dx, cfg.dt, dtype)
 
 
 def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:

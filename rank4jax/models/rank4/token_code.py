@@ -9,8 +9,8 @@ Axes: V vocabulary, dx/dt fibers, D = dx·dt, R rows (any leading axes).
   to E (logits Y·E[v]ᵀ): the same grid, position codes (P[x] over n, R[x + t] over q), joint softmax
   and parallel prediction, without the factorisation (V·D parameters).
 
-Each code gives its parameters (``init``: the ``embed`` and ``readout`` entries, the latter None for
-the flat code, whose parameters then have no ``readout`` entry), the token part of
+Each code gives its parameters (``init_embed`` and ``init_readout``: the ``embed`` and ``readout``
+entries, the latter None for the flat code, whose parameters then have no ``readout`` entry), the token part of
 the input tensor (``vectors``), the logits of the final-normed stream (``logits``) and the target's
 logit straight from the parameters (``target_logits``).
 """
@@ -33,12 +33,16 @@ class OuterProduct:
 
     name = "outer"
 
-    def init(self, k_embed: jax.Array, k_readout: jax.Array, vocab: int, dx: int, dt: int, dtype):
-        """(the ``embed`` entry, the ``readout`` entry) of the parameters (SPEC §5)."""
-        k_sem, k_tmp = jax.random.split(k_embed)
+    def init_embed(self, key: jax.Array, vocab: int, dx: int, dt: int, dtype) -> dict:
+        """The ``embed`` entry of the parameters (SPEC §5)."""
+        k_sem, k_tmp = jax.random.split(key)
         sem = jax.random.normal(k_sem, (vocab, dx), dtype).at[PAD_ID].set(0)
         tmp = jax.random.normal(k_tmp, (vocab, dt), dtype).at[PAD_ID].set(0)
-        return {"sem": sem, "tmp": tmp}, init_readout(k_readout, vocab, dt, dx * dt, dtype)
+        return {"sem": sem, "tmp": tmp}
+
+    def init_readout(self, key: jax.Array, vocab: int, dx: int, dt: int, dtype) -> dict:
+        """The ``readout`` entry: W′ (SPEC §5)."""
+        return init_readout(key, vocab, dt, dx * dt, dtype)
 
     def vectors(self, embed: dict, tok: jax.Array, fiber: tuple[int, int]) -> jax.Array:
         """tok (...) → Esem[tok] ⊗ Etmp[tok] (..., dx, dt) (Stage A)."""
@@ -65,11 +69,14 @@ class Flat:
 
     name = "flat"
 
-    def init(self, k_embed: jax.Array, k_readout: jax.Array, vocab: int, dx: int, dt: int, dtype):
-        del k_readout  # the readout is tied to E
+    def init_embed(self, key: jax.Array, vocab: int, dx: int, dt: int, dtype) -> dict:
         width = dx * dt
-        table = jax.random.normal(k_embed, (vocab, width), dtype) / jnp.sqrt(jnp.asarray(width, dtype))
-        return {"tok": table.at[PAD_ID].set(0)}, None
+        table = jax.random.normal(key, (vocab, width), dtype) / jnp.sqrt(jnp.asarray(width, dtype))
+        return {"tok": table.at[PAD_ID].set(0)}
+
+    def init_readout(self, key: jax.Array, vocab: int, dx: int, dt: int, dtype) -> None:
+        """None: the readout is tied to E."""
+        del key, vocab, dx, dt, dtype
 
     def vectors(self, embed: dict, tok: jax.Array, fiber: tuple[int, int]) -> jax.Array:
         """tok (...) → E[tok] laid on the fiber (..., dx, dt)."""
