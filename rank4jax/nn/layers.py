@@ -20,7 +20,7 @@ from flax import nnx
 
 from rank4jax.models import scores
 from rank4jax.models.common import apply_mlp, init_layer_norm, init_mlp, layer_norm
-from rank4jax.models.rank4.attention import attention_heads, init_attention, rank4_attention
+from rank4jax.models.rank4.attention import init_attention, rank4_attention, rank4_attention_weights
 from rank4jax.models.rank4.block import attention_sublayer, init_layer, rank4_block
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.embedding import apply_embedding, init_embedding
@@ -119,10 +119,7 @@ class Rank4Attention(nnx.Module):
     def weights(self, x: jax.Array, key_mask: jax.Array) -> jax.Array:
         """The heads' attention weights A (B, H, *grid, *grid): [b, h, query cell, key cell]."""
         _check_fiber(x, *self.fiber, key_mask)
-        grid = x.shape[1:-2]
-        u = x.reshape(x.shape[0], -1, self.fiber[0] * self.fiber[1])  # (B, P, D)
-        _, heads = attention_heads(self.to_params(), u, key_mask.reshape(x.shape[0], -1))
-        return heads["weights"].reshape(heads["weights"].shape[:2] + grid + grid)
+        return rank4_attention_weights(self.to_params(), x, key_mask)  # (B, H, *grid, *grid)
 
 
 class Rank4MLP(nnx.Module):

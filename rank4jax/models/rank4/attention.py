@@ -69,7 +69,19 @@ def rank4_attention(params: dict, x: jax.Array, key_mask: jax.Array, extra: jax.
 
     ``params``: {wq, wk, wv} (H, D, D) with D = dx·dt (``init_attention``); ``extra`` (B, P, K) over
     the grid flattened in C order, or None. The functional layer of :func:`attention_heads`."""
-    batch, fiber = x.shape[0], x.shape[-2] * x.shape[-1]
-    u = x.reshape(batch, -1, fiber)  # grid flattened (C order), fibers flattened: (B, P, D)
-    out, _ = attention_heads(params, u, key_mask.reshape(batch, -1), extra)  # (B, P, D)
+    out, _ = attention_heads(params, *_on_flat_grid(x, key_mask), extra)  # (B, P, D)
     return out.reshape(x.shape)  # (B, *grid, dx, dt)
+
+
+def rank4_attention_weights(params: dict, x: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None):
+    """The heads' attention weights of :func:`rank4_attention`: (B, H, *grid, *grid), [b, h, query
+    cell, key cell]."""
+    grid = x.shape[1:-2]
+    _, heads = attention_heads(params, *_on_flat_grid(x, key_mask), extra)
+    return heads["weights"].reshape(heads["weights"].shape[:2] + grid + grid)  # (B, H, *grid, *grid)
+
+
+def _on_flat_grid(x: jax.Array, key_mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """x (B, *grid, dx, dt), key_mask (B, *grid) → (B, P, D), (B, P): grid flattened in C order."""
+    batch = x.shape[0]
+    return x.reshape(batch, -1, x.shape[-2] * x.shape[-1]), key_mask.reshape(batch, -1)
