@@ -15,6 +15,7 @@ The layer on its own, for models of your own on any grid of (dx, dt) fibers::
 
     layer = rank4jax.init_layer(key, dx, dt, n_heads)        # {ln_attn, attn, ln_mlp, mlp}
     out = rank4jax.rank4_attention(layer["attn"], x, key_mask)   # x (B, *grid, dx, dt), key_mask (B, *grid)
+    a = rank4jax.rank4_attention_weights(layer["attn"], x, key_mask)  # (B, H, *grid, *grid)
     x = rank4jax.rank4_block(layer, x, key_mask)             # one Pre-LN layer (SPEC §3–§4)
 
 Flax NNX modules over the same functions: ``rank4jax.nn`` (``Rank4Model``, ``Rank4Block``, …).
@@ -33,6 +34,7 @@ _HOMES = {  # each public name's module, imported on first use: ``import rank4ja
             "init_layer",
             "init_params",
             "rank4_attention",
+            "rank4_attention_weights",
             "rank4_block",
             "window_losses",
         ),

@@ -1,6 +1,6 @@
 """The rank-4 (4-tensor) attention model of SPEC.md."""
 
-from rank4jax.models.rank4.attention import rank4_attention
+from rank4jax.models.rank4.attention import rank4_attention, rank4_attention_weights
 from rank4jax.models.rank4.block import init_layer, rank4_block
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
@@ -40,6 +40,7 @@ __all__ = [
     "loss_sums",
     "next_state_logits",
     "rank4_attention",
+    "rank4_attention_weights",
     "rank4_block",
     "readout_loss_sums",
     "window_loss_sums",
