@@ -148,6 +148,30 @@ def restore_state_numpy(workdir, step):
         return ckpt.restore_state(step, run.abstract_state)
 
 
+def test_the_first_read_is_the_smallest_array_reached_by_dict_keys():
+    tree = {"a": np.zeros((3, 4)), "b": {"c": np.zeros(2), "d": np.zeros(5)}, "layers": [{"w": np.zeros(())}]}
+    one = storage.smallest_array(tree)  # layers[0].w is smaller but sits in a list
+    assert jax.tree_util.tree_map(np.shape, one) == {"b": {"c": (2,)}}
+    assert storage.smallest_array([np.zeros(1)]) is None
+
+
+def test_an_unreadable_checkpoint_fails_on_one_array_before_the_rest_are_read(tiny_run_copy, monkeypatch):
+    """An emptied OCDBT manifest: the first read (one array) fails, so no read of the others starts
+    (orbax would close its event loop under them, and TensorStore print a traceback for each)."""
+    DAMAGE["empty_manifest"](str(tiny_run_copy / "checkpoints" / "6"))
+    reads, read = [], storage.RunCheckpoints._read_params
+    monkeypatch.setattr(
+        storage.RunCheckpoints, "_read_params", lambda self, step, tree: reads.append(tree) or read(self, step, tree)
+    )
+    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        params = describe_run(ckpt, 4).abstract_state.params
+        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), params)
+        with pytest.raises(CheckpointDamaged, match="checkpoint 6"):
+            ckpt.restore_params(6, abstract)
+    assert [len(jax.tree.leaves(tree)) for tree in reads] == [1]
+
+
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_copy, capsys):
     """Seven kinds of damage to the newest checkpoint (6): evaluation of 'latest' and 'best' warns,

@@ -14,6 +14,7 @@ import gc
 import glob
 import inspect
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -112,6 +113,22 @@ def _listdir(directory: str) -> list[str]:
         return [n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))]
     except OSError:
         return []
+
+
+def smallest_array(tree) -> dict | None:
+    """The nested dicts of ``tree`` down to its smallest leaf reached through dict keys only (the
+    first of equal sizes), or None when no leaf is."""
+    leaves = [
+        (path, leaf)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+        if all(isinstance(key, jax.tree_util.DictKey) for key in path)
+    ]
+    if not leaves:
+        return None
+    path, subtree = min(leaves, key=lambda item: math.prod(item[1].shape))
+    for key in reversed(path):
+        subtree = {key.key: subtree}
+    return subtree
 
 
 ORBAX_READ = "_read_array_index_and_device_put"  # orbax's coroutine reading one array (its serialization module)
@@ -396,17 +413,31 @@ class RunCheckpoints:
         """Restore only the parameters of checkpoint ``step`` onto the shardings carried by
         ``abstract_params`` (ShapeDtypeStructs): a partial restore that never reads the optimiser
         moments (two thirds of the state's bytes under AdamW)."""
+        self._read_first(step, abstract_params)
+        params = self._read_params(step, abstract_params)
+        check_finite(self.workdir, step, params)
+        return params
+
+    def _read_params(self, step: int, abstract_params):
         target = {"params": abstract_params}
         args = ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
         )
         try:  # the model is built from this checkpoint's own config: a failure here is damage
-            params = self.manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
+            return self.manager.restore(step, args=ocp.args.Composite(state=args))["state"]["params"]
         except Exception as e:  # noqa: BLE001
             close_abandoned_coroutines()
             raise CheckpointDamaged(self.workdir, step, e) from None
-        check_finite(self.workdir, step, params)
-        return params
+
+    def _read_first(self, step: int, abstract_params) -> None:
+        """Read one small array of checkpoint ``step`` alone, before the rest: a checkpoint whose arrays
+        are all unreadable (its manifest or metadata damaged) fails here with no other read in flight.
+        A failed restore of many arrays closes orbax's event loop under the reads still running in
+        TensorStore, and each may print "Event loop is closed" as it finishes; damage to some data
+        files only can still do that."""
+        one = smallest_array(abstract_params)
+        if one is not None:
+            self._read_params(step, one)
 
     def restore_state(self, step: int, abstract_state, data_iter=None):
         """Restore the train state onto the shardings carried by ``abstract_state`` (ShapeDtypeStructs),
@@ -431,6 +462,7 @@ class RunCheckpoints:
             else:
                 with open(os.path.join(iter_dir, saved[0]), encoding="utf-8") as f:
                     other_count_state = json.load(f)
+        self._read_first(step, abstract_state["params"] if isinstance(abstract_state, dict) else abstract_state.params)
         try:  # the caller checked the saved config matches: a failure here is damage
             restored = self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001
