@@ -40,8 +40,8 @@ def init_params(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     k_embed, k_readout, k_layers = jax.random.split(key, 3)
     layer_keys = jax.random.split(k_layers, cfg.n_layers)
     layers = [init_layer(k, cfg.dx, cfg.dt, cfg.n_heads, cfg.score, dtype) for k in layer_keys]
-    fiber = (cfg.vocab_size, cfg.dx, cfg.dt)
-    embed, readout = cfg.tokens.init_embed(k_embed, *fiber, dtype), cfg.tokens.init_readout(k_readout, *fiber, dtype)
+    sizes = (cfg.vocab_size, cfg.dx, cfg.dt)  # V, dx, dt
+    embed, readout = cfg.tokens.init_embed(k_embed, *sizes, dtype), cfg.tokens.init_readout(k_readout, *sizes, dtype)
     params = {"embed": embed, "layers": layers, "final_ln": init_layer_norm((cfg.dx, cfg.dt), dtype)}
     return params | ({} if readout is None else {"readout": readout})
 
