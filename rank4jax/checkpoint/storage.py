@@ -61,16 +61,16 @@ CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
 
 
-def storage_error(error: BaseException, workdir: str, step: int | None) -> BaseException:
+def storage_error(error: BaseException, workdir: str, step: int | None, detail: str = "") -> BaseException:
     """A failed save as one WorkdirError: the step whose save failed (``step``: the caller knows which
     save it waited for; an earlier one whose partial directory is still there counts first), the cause
-    (by the errno of the OSError behind it: no space, quota, read-only, permission) and every checkpoint
-    intact on disk. The failed save's partial directory is removed. Not a storage fault: the exception
-    itself (a bug keeps its traceback)."""
+    (by the errno of the OSError behind it: no space, quota, read-only, permission; ``detail`` follows
+    it in brackets) and every checkpoint intact on disk. The failed save's partial directory is removed.
+    Not a storage fault: the exception itself (a bug keeps its traceback)."""
     os_error = storage_fault(error)
     if os_error is None:
         return error
-    cause = os.strerror(os_error.errno)
+    cause = os.strerror(os_error.errno) + (f" ({detail})" if detail else "")
     directory = checkpoint_dir(workdir)
     partial = glob.glob(os.path.join(directory, "*.orbax-checkpoint-tmp*"))  # saves that failed (none is running)
     steps = [step, *(int(os.path.basename(p).split(".")[0]) for p in partial)]
@@ -113,6 +113,32 @@ def _listdir(directory: str) -> list[str]:
         return [n for n in os.listdir(directory) if os.path.isdir(os.path.join(directory, n))]
     except OSError:
         return []
+
+
+# How much more than the largest checkpoint so far a save must find free: the files TensorStore writes
+# for the same state differ with how its writes were batched (tiny runs' checkpoints: 188 to 220 KB).
+SPACE_MARGIN = 1.25
+
+
+def bytes_on_disk(path: str) -> int:
+    """The bytes a directory tree takes on its disk (the blocks allocated to its files)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile: it takes nothing
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def free_bytes(directory: str) -> int:
+    """The bytes a process may still write on the disk that holds (or will hold) ``directory``."""
+    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)  # orbax makes checkpoints/ at the first save
+    return shutil.disk_usage(directory).free
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e3:.0f} KB" if n < 1e6 else (f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.1f} GB")
 
 
 def smallest_array(tree) -> dict | None:
@@ -252,6 +278,7 @@ class RunCheckpoints:
             _remove_partial_saves(directory)
         self.workdir, self.read_only = workdir, read_only
         self.saving = None  # the step of the latest save requested (asynchronous)
+        self.largest = 0  # bytes on disk of the largest checkpoint measured: what the next save will need
         self.manager = _Manager(directory, options=options, handler_registry=_handlers())
 
     def __enter__(self):
@@ -352,10 +379,32 @@ class RunCheckpoints:
             error = e
         raise storage_error(error, self.workdir, step) from None
 
+    def _check_space(self, step: int, state) -> None:
+        """A save the disk cannot hold is one error before any of it is written. Failing midway, the
+        save's writes still in flight in TensorStore finish after orbax has closed their event loop,
+        and each prints "Event loop is closed" with a traceback that no caller can intercept. A save
+        needs ``SPACE_MARGIN`` times the largest checkpoint written so far (the state's bytes before
+        the first). The earlier save finishes first: orbax's ``save`` waits for it anyway, and its
+        size is measured."""
+        if jax.process_index() != 0:  # the processes share the directory
+            return
+        self.wait_until_finished()
+        latest = self.manager.latest_step()
+        if latest is not None:
+            self.largest = max(self.largest, bytes_on_disk(self.step_dir(latest)))
+        state_bytes = sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree_util.tree_leaves(state))
+        need = SPACE_MARGIN * max(self.largest, state_bytes)
+        free = free_bytes(checkpoint_dir(self.workdir))
+        if free < need:
+            error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            detail = f"it needs about {_size(need)}, {_size(free)} free"
+            raise storage_error(error, self.workdir, step, detail) from None
+
     def save(self, step: int, state, data_iter, config: dict, tokenizer, metrics: dict | None) -> None:
         if self.read_only:
             raise CheckpointError(f"the checkpoints of {self.workdir} were opened to read; nothing was saved")
         self._check_writable(step)
+        self._check_space(step, state)
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=grain.checkpoint.CheckpointSave(data_iter),
