@@ -278,7 +278,7 @@ class RunCheckpoints:
             _remove_partial_saves(directory)
         self.workdir, self.read_only = workdir, read_only
         self.saving = None  # the step of the latest save requested (asynchronous)
-        self.largest = 0  # bytes on disk of the largest checkpoint measured: what the next save will need
+        self.largest, self.measured = 0, None  # the largest checkpoint's bytes on disk, the last step measured
         self.manager = _Manager(directory, options=options, handler_registry=_handlers())
 
     def __enter__(self):
@@ -390,8 +390,8 @@ class RunCheckpoints:
             return
         self.wait_until_finished()
         latest = self.manager.latest_step()
-        if latest is not None:
-            self.largest = max(self.largest, bytes_on_disk(self.step_dir(latest)))
+        if latest not in (None, self.measured):
+            self.largest, self.measured = max(self.largest, bytes_on_disk(self.step_dir(latest))), latest
         state_bytes = sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree_util.tree_leaves(state))
         need = SPACE_MARGIN * max(self.largest, state_bytes)
         free = free_bytes(checkpoint_dir(self.workdir))
