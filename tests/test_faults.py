@@ -155,10 +155,16 @@ def test_the_first_read_is_the_smallest_array_reached_by_dict_keys():
     assert storage.smallest_array([np.zeros(1)]) is None
 
 
-def test_an_unreadable_checkpoint_fails_on_one_array_before_the_rest_are_read(tiny_run_copy, monkeypatch):
-    """An emptied OCDBT manifest: the first read (one array) fails, so no read of the others starts
-    (orbax would close its event loop under them, and TensorStore print a traceback for each)."""
-    DAMAGE["empty_manifest"](str(tiny_run_copy / "checkpoints" / "6"))
+@pytest.mark.parametrize(
+    ("kind", "orbax_reads"),
+    [("empty_manifest", []), ("missing_arrays", []), ("truncated_arrays", []), ("empty_array_metadata", [1])],
+)
+def test_a_damaged_checkpoint_fails_before_orbax_reads_arrays_together(kind, orbax_reads, tiny_run_copy, monkeypatch):
+    """Damaged data files or manifest fail in TensorStore's own reads, before orbax reads anything;
+    damaged tree metadata on orbax's read of one array. Never while orbax reads many arrays at once:
+    it would close its event loop under the reads still in flight, and TensorStore print a
+    traceback for each."""
+    DAMAGE[kind](str(tiny_run_copy / "checkpoints" / "6"))
     reads, read = [], storage.RunCheckpoints._read_params
     monkeypatch.setattr(
         storage.RunCheckpoints, "_read_params", lambda self, step, tree: reads.append(tree) or read(self, step, tree)
@@ -169,7 +175,23 @@ def test_an_unreadable_checkpoint_fails_on_one_array_before_the_rest_are_read(ti
         abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), params)
         with pytest.raises(CheckpointDamaged, match="checkpoint 6"):
             ckpt.restore_params(6, abstract)
-    assert [len(jax.tree.leaves(tree)) for tree in reads] == [1]
+    assert [len(jax.tree.leaves(tree)) for tree in reads] == orbax_reads
+
+
+def test_the_readability_check_reads_the_arrays_it_is_asked_for(tiny_run, tmp_path):
+    """Every array of the item whose name starts with the prefix, through TensorStore; the first that
+    cannot be read is named."""
+    state = os.path.join(tiny_run, "checkpoints", "6", "state")
+    damage.check_readable("w", 6, state)  # intact: nothing raised
+    shutil.copytree(state, tmp_path / "state")
+    DAMAGE["missing_arrays"](str(tmp_path))  # the data files the arrays' values are in
+    damaged = str(tmp_path / "state")
+    for prefix, first in (("", "opt_state.0.mu.embed.sem"), ("params.", "params.embed.sem")):
+        with pytest.raises(CheckpointDamaged) as caught:
+            damage.check_readable("w", 6, damaged, prefix)
+        assert caught.value.reason.startswith(f'ValueError: FAILED_PRECONDITION: Error reading "{first}/0.')
+    damage.check_readable("w", 6, damaged, prefix="no_such_array.")  # nothing read: nothing raised
+    damage.check_readable("w", 6, str(tmp_path / "nothing"))  # no OCDBT database: left to orbax
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))

@@ -15,6 +15,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import tensorstore as ts
 
 from rank4jax.errors import CheckpointError, say
 
@@ -48,6 +49,33 @@ def check_finite(workdir: str, step: int, tree) -> None:
     floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     if floats and not bool(_all_finite(floats)):
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
+
+
+# how an array's metadata key ends in orbax's OCDBT database, by TensorStore driver (zarr v2 and v3)
+_ZARR_METADATA = {"zarr": b"/.zarray", "zarr3": b"/zarr.json"}
+
+
+def check_readable(workdir: str, step: int, item_dir: str, prefix: str = "") -> None:
+    """Read every array of a checkpoint item (orbax's OCDBT database in ``item_dir``) whose name
+    starts with ``prefix`` through TensorStore's own futures, one array at a time: a missing or
+    truncated data file or an emptied manifest raises CheckpointDamaged naming the array. orbax's
+    restore reads the arrays at once from coroutines on an event loop it closes when one read
+    fails, and each read still in flight then prints "Event loop is closed" with a traceback;
+    checked here first, a damaged checkpoint fails before that restore starts. An item stored
+    otherwise (no OCDBT manifest) is left to orbax."""
+    if not os.path.isfile(os.path.join(item_dir, "manifest.ocdbt")):
+        return
+    base = {"driver": "ocdbt", "base": f"file://{os.path.abspath(item_dir)}/"}
+    try:
+        keys = ts.KvStore.open(base).result().list().result()
+        for key in sorted(keys):
+            for driver, suffix in _ZARR_METADATA.items():
+                name = key[: -len(suffix)].decode()
+                if key.endswith(suffix) and name.startswith(prefix):
+                    spec = {"driver": driver, "kvstore": {**base, "path": f"{name}/"}, "open": True}
+                    ts.open(spec, read=True).result().read().result()
+    except Exception as e:  # noqa: BLE001 -- whatever TensorStore raises, the files are unreadable
+        raise CheckpointDamaged(workdir, step, e) from None
 
 
 def first_readable(ckpt, candidates, load, *, set_aside: bool = False):

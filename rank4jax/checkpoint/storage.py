@@ -26,7 +26,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, reason
+from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, check_readable, reason
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 from rank4jax.noise import storage_fault
@@ -462,7 +462,7 @@ class RunCheckpoints:
         """Restore only the parameters of checkpoint ``step`` onto the shardings carried by
         ``abstract_params`` (ShapeDtypeStructs): a partial restore that never reads the optimiser
         moments (two thirds of the state's bytes under AdamW)."""
-        self._read_first(step, abstract_params)
+        self._read_first(step, abstract_params, prefix="params.")
         params = self._read_params(step, abstract_params)
         check_finite(self.workdir, step, params)
         return params
@@ -478,12 +478,13 @@ class RunCheckpoints:
             close_abandoned_coroutines()
             raise CheckpointDamaged(self.workdir, step, e) from None
 
-    def _read_first(self, step: int, abstract_params) -> None:
-        """Read one small array of checkpoint ``step`` alone, before the rest: a checkpoint whose arrays
-        are all unreadable (its manifest or metadata damaged) fails here with no other read in flight.
-        A failed restore of many arrays closes orbax's event loop under the reads still running in
-        TensorStore, and each may print "Event loop is closed" as it finishes; damage to some data
-        files only can still do that."""
+    def _read_first(self, step: int, abstract_params, prefix: str = "") -> None:
+        """Before orbax restores many arrays at once: read the state's arrays whose names start with
+        ``prefix`` through TensorStore alone (damaged data files or manifest, ``check_readable``),
+        then one small array through orbax (damaged tree metadata): a damaged checkpoint fails here,
+        with no read in flight. A failed restore of many arrays closes orbax's event loop under the
+        reads still running in TensorStore, and each prints "Event loop is closed" as it finishes."""
+        check_readable(self.workdir, step, os.path.join(self.step_dir(step), "state"), prefix)
         one = smallest_array(abstract_params)
         if one is not None:
             self._read_params(step, one)
