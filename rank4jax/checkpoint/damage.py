@@ -68,12 +68,13 @@ def check_readable(workdir: str, step: int, item_dir: str, prefix: str = "") -> 
     base = {"driver": "ocdbt", "base": f"file://{os.path.abspath(item_dir)}/"}
     try:
         keys = ts.KvStore.open(base).result().list().result()
-        for key in sorted(keys):
-            for driver, suffix in _ZARR_METADATA.items():
-                name = key[: -len(suffix)].decode()
-                if key.endswith(suffix) and name.startswith(prefix):
-                    spec = {"driver": driver, "kvstore": {**base, "path": f"{name}/"}, "open": True}
-                    ts.open(spec, read=True).result().read().result()
+        arrays = [
+            (d, k[: -len(end)].decode()) for k in sorted(keys) for d, end in _ZARR_METADATA.items() if k.endswith(end)
+        ]
+        for driver, name in arrays:
+            if name.startswith(prefix):  # orbax names an array by its tree path joined with "."
+                spec = {"driver": driver, "kvstore": {**base, "path": f"{name}/"}, "open": True}
+                ts.open(spec, read=True).result().read().result()
     except Exception as e:  # noqa: BLE001 -- whatever TensorStore raises, the files are unreadable
         raise CheckpointDamaged(workdir, step, e) from None
 
