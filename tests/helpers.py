@@ -3,6 +3,7 @@ compile log."""
 
 import contextlib
 import math
+import socket
 
 import jax
 import jax.numpy as jnp
@@ -111,3 +112,10 @@ def numpy_params(init_fn, cfg, dtype=np.float32, seed=0):
         return jnp.asarray(value.astype(leaf.dtype))
 
     return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a two-process run's coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

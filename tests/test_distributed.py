@@ -3,7 +3,6 @@
 
 import re
 import signal
-import socket
 import time
 
 import jax
@@ -13,20 +12,14 @@ from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
 from tests import launcher
-from tests.helpers import tiny_config, tiny_flags
+from tests.helpers import free_port, tiny_config, tiny_flags
 
 STEPS = 4
 FLAGS = {"num_steps": STEPS}  # the rest: the tiny run (tests/helpers.TINY)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_two_processes(workdir, **overrides):
-    port = _free_port()
+    port = free_port()
     args = tiny_flags(**{k.replace(".", "__"): v for k, v in (FLAGS | overrides).items()})
     return [  # one CPU device per process
         launcher.start(

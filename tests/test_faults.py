@@ -36,7 +36,7 @@ from rank4jax.training import output, workdir_lock
 from rank4jax.training.loop import train
 from tests import launcher
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
-from tests.helpers import tiny_config, tiny_flags
+from tests.helpers import free_port, tiny_config, tiny_flags
 
 TINY_FLAGS = tiny_flags()  # the tiny run (tests/helpers.TINY) as command-line flags
 
@@ -672,6 +672,40 @@ def test_a_full_disk_is_one_line_naming_the_failed_save_and_every_intact_checkpo
     assert status == "2" and on_disk == list(range(2, failed, 2)) and len(on_disk) >= 2
     assert int(need.removesuffix(" KB")) > int(free.removesuffix(" KB"))
     assert sorted(listing) == sorted([".", "..", *map(str, on_disk)])  # no partial directory
+
+
+def test_a_full_disk_stops_both_processes_of_a_two_process_run_at_once(tmp_path):
+    """Process 0 checks the checkpoints/ the processes share before each save, and both hear its
+    answer before either enters orbax's save: on a 600 KB tmpfs both exit 2 at once, process 0
+    naming the cause, process 1 pointing to it (refused by process 0 alone, process 1 waited at
+    orbax's barrier until JAX's distributed service aborted it, five minutes later)."""
+    if not _mount_namespaces():
+        pytest.skip("needs root and a private mount namespace (unshare -m) to mount a small tmpfs")
+    disk, port = tmp_path / "disk", free_port()
+    disk.mkdir()
+    flags = [*TINY_FLAGS, "--config.num_steps=40", "--config.checkpoint_every=2", "--config.keep_checkpoints=100"]
+    two = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", "--distributed"]
+    train_py = " ".join([sys.executable, "train.py", f"--workdir={disk}/run", *flags, *two])
+    runs = [
+        f"({train_py} --process_id={i} 2> {tmp_path}/err{i} > /dev/null; echo $? > {tmp_path}/status{i})"
+        for i in (0, 1)
+    ]
+    script = f"mount -t tmpfs -o size=600k tmpfs {disk} || exit 1; {runs[0]} & {runs[1]} & wait"
+    subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=REPO, env=launcher.command_env(), timeout=240, check=True)
+    statuses = [(tmp_path / f"status{i}").read_text().strip() for i in (0, 1)]
+    errors = [
+        [
+            line
+            for line in (tmp_path / f"err{i}").read_text().splitlines()
+            if "Gloo" not in line and "are cut" not in line
+        ]
+        for i in (0, 1)
+    ]
+    assert statuses == ["2", "2"], errors
+    assert len(errors[0]) == 1 and errors[0][0].startswith("error: cannot save checkpoint "), errors[0]
+    step = int(errors[0][0].split("cannot save checkpoint ")[1].split()[0])
+    assert errors[0][0].endswith(f"checkpoints {', '.join(map(str, range(2, step, 2)))} are intact")
+    assert errors[1] == [f"error: process 0 refused to save checkpoint {step} in {disk}/run (its error says why)"]
 
 
 def test_a_failed_saves_partial_directory_is_removed_at_the_next_start(tiny_run_copy):

@@ -22,8 +22,10 @@ import types
 
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, check_readable, reason
@@ -369,7 +371,7 @@ class RunCheckpoints:
         with a traceback. ``os.access`` asks the kernel (it sees the immutable flag and read-only
         mounts, for root too); only when it says no is a directory tried, for the cause's errno."""
         directory = checkpoint_dir(self.workdir)
-        if jax.process_index() != 0 or os.access(directory, os.W_OK | os.X_OK):  # the processes share it
+        if os.access(directory, os.W_OK | os.X_OK):
             return
         self.wait_until_finished()  # an earlier save still being written fails first, and is named
         try:
@@ -386,8 +388,6 @@ class RunCheckpoints:
         needs ``SPACE_MARGIN`` times the largest checkpoint written so far (the state's bytes before
         the first). The earlier save finishes first: orbax's ``save`` waits for it anyway, and its
         size is measured."""
-        if jax.process_index() != 0:  # the processes share the directory
-            return
         self.wait_until_finished()
         latest = self.manager.latest_step()
         if latest not in (None, self.measured):
@@ -400,11 +400,29 @@ class RunCheckpoints:
             detail = f"it needs about {_size(need)}, {_size(free)} free"
             raise storage_error(error, self.workdir, step, detail) from None
 
+    def _agree_to_save(self, step: int, state) -> None:
+        """Process 0 checks the directory the processes share (``_check_writable``, ``_check_space``),
+        and every process hears its answer before any enters orbax's save: a refusal stops them all
+        (refused by process 0 alone, the others waited at orbax's barrier until JAX's distributed
+        service aborted them, five minutes later)."""
+        error = None
+        if jax.process_index() == 0:
+            try:
+                self._check_writable(step)
+                self._check_space(step, state)
+            except Exception as e:  # noqa: BLE001 -- raised below, once the other processes know
+                error = e
+        if jax.process_count() > 1 and multihost_utils.broadcast_one_to_all(np.int32(error is not None)):
+            error = error or WorkdirError(
+                f"process 0 refused to save checkpoint {step} in {self.workdir} (its error says why)"
+            )
+        if error is not None:
+            raise error
+
     def save(self, step: int, state, data_iter, config: dict, tokenizer, metrics: dict | None) -> None:
         if self.read_only:
             raise CheckpointError(f"the checkpoints of {self.workdir} were opened to read; nothing was saved")
-        self._check_writable(step)
-        self._check_space(step, state)
+        self._agree_to_save(step, state)
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data_iter=grain.checkpoint.CheckpointSave(data_iter),
