@@ -117,9 +117,10 @@ def _listdir(directory: str) -> list[str]:
         return []
 
 
-# How much more than the largest checkpoint so far a save must find free: the files TensorStore writes
-# for the same state differ with how its writes were batched (tiny runs' checkpoints: 188 to 220 KB).
-SPACE_MARGIN = 1.25
+# What a save must find free: SPACE_MARGIN times the largest checkpoint so far, plus SPACE_SLACK. The
+# files TensorStore writes for the same state differ with how its writes were batched (the number of
+# OCDBT data files, each rounded up to the disk's blocks): tiny runs' checkpoints take 172 to 303 KB.
+SPACE_MARGIN, SPACE_SLACK = 1.25, 2**20
 
 
 def bytes_on_disk(path: str) -> int:
@@ -139,8 +140,12 @@ def free_bytes(directory: str) -> int:
     return shutil.disk_usage(directory).free
 
 
-def _size(n: float) -> str:
-    return f"{n / 1e3:.0f} KB" if n < 1e6 else (f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.1f} GB")
+def _size(n: float, up: bool) -> str:
+    """``n`` bytes in KB, MB or GB, rounded up (``up``) or down: a need shown rounded up and the free
+    space down never look equal."""
+    unit, scale, digits = ("KB", 1e3, 0) if n < 1e6 else (("MB", 1e6, 1) if n < 1e9 else ("GB", 1e9, 1))
+    shown = n / scale * 10**digits
+    return f"{(math.ceil(shown) if up else math.floor(shown)) / 10**digits:.{digits}f} {unit}"
 
 
 def smallest_array(tree) -> dict | None:
@@ -386,18 +391,18 @@ class RunCheckpoints:
         save's writes still in flight in TensorStore finish after orbax has closed their event loop,
         and each prints "Event loop is closed" with a traceback that no caller can intercept. A save
         needs ``SPACE_MARGIN`` times the largest checkpoint written so far (the state's bytes before
-        the first). The earlier save finishes first: orbax's ``save`` waits for it anyway, and its
+        the first) plus ``SPACE_SLACK``. The earlier save finishes first: orbax's ``save`` waits for it anyway, and its
         size is measured."""
         self.wait_until_finished()
         latest = self.manager.latest_step()
         if latest not in (None, self.measured):
             self.largest, self.measured = max(self.largest, bytes_on_disk(self.step_dir(latest))), latest
         state_bytes = sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree_util.tree_leaves(state))
-        need = SPACE_MARGIN * max(self.largest, state_bytes)
+        need = SPACE_MARGIN * max(self.largest, state_bytes) + SPACE_SLACK
         free = free_bytes(checkpoint_dir(self.workdir))
         if free < need:
             error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            detail = f"it needs about {_size(need)}, {_size(free)} free"
+            detail = f"it needs about {_size(need, up=True)}, {_size(free, up=False)} free"
             raise storage_error(error, self.workdir, step, detail) from None
 
     def _agree_to_save(self, step: int, state) -> None:
