@@ -470,6 +470,13 @@ def test_a_full_disk_is_one_error_and_the_saved_checkpoints_stay(tmp_path, monke
     assert train(tiny_config(), workdir)["step"] == 6
 
 
+def test_a_need_is_shown_rounded_up_and_free_space_down():
+    assert [storage._size(n, up=True) for n in (1000, 1001, 999_001, 1_300_001, 2.5e9)] == [
+        "1 KB", "2 KB", "1000 KB", "1.4 MB", "2.5 GB"
+    ]  # fmt: skip
+    assert [storage._size(n, up=False) for n in (1999, 1_399_999, 2.59e9)] == ["1 KB", "1.3 MB", "2.5 GB"]
+
+
 def test_a_save_the_disk_cannot_hold_is_refused_before_it_is_written(tmp_path, monkeypatch):
     """A save needs SPACE_MARGIN times the largest checkpoint so far (the state's bytes before the
     first) plus 1 MiB free; short of that it is one error naming both, and nothing of it is written."""

@@ -391,8 +391,8 @@ class RunCheckpoints:
         save's writes still in flight in TensorStore finish after orbax has closed their event loop,
         and each prints "Event loop is closed" with a traceback that no caller can intercept. A save
         needs ``SPACE_MARGIN`` times the largest checkpoint written so far (the state's bytes before
-        the first) plus ``SPACE_SLACK``. The earlier save finishes first: orbax's ``save`` waits for it anyway, and its
-        size is measured."""
+        the first) plus ``SPACE_SLACK``. The earlier save finishes first (orbax's ``save`` waits for
+        it anyway) and is measured, once."""
         self.wait_until_finished()
         latest = self.manager.latest_step()
         if latest not in (None, self.measured):
