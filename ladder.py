@@ -17,7 +17,9 @@ checkpoint and writes ladder.md, ladder.json and plots/ladder.png (``rank4jax.ex
 
 Families: rank4 (the paper's objective and selection), rank4_last (S(T) objective, LS(T) selection:
 an extra), baseline (free-running, parameter-matched: the paper's comparison), baseline_lm (a
-teacher-forced causal LM on every token, parameter-matched: the reference).
+teacher-forced causal LM on every token, parameter-matched: the reference); the grid ablations flat
+(a free D-vector per token on the rung's fiber), flat_matched (the flat grid matched to the rank-4
+parameter count, at the flat grid's rate) and axial (within each slice, then across the slices).
 """
 
 from rank4jax.startup import exit_on_signals

@@ -61,6 +61,9 @@ def model() -> ml_collections.ConfigDict:
     # How a token enters and leaves the fiber: "outer", Esem ⊗ Etmp (the paper's), or "flat", a free
     # vector of D numbers per token with a readout tied to it (an ablation of the factorisation).
     c.token_code = "outer"
+    # Which keys a query's one softmax runs over: "joint", the whole N × T grid (the paper's), or "axial",
+    # within its slice, then across the slices at its token position, with the same maps (an ablation).
+    c.attention_grid = "joint"
     c.zpx = ml_collections.ConfigDict()  # ZPX geometric attention scores (seed 001)
     c.zpx.score = "standard"  # standard | zpx_angle | zpx_angle_sphere
     c.zpx.channels = 8  # C phase channels

@@ -113,20 +113,21 @@ ZPX = ZPXConfig(score="zpx_angle_sphere", channels=3, center_weight=0.3)
 
 
 @pytest.mark.parametrize(
-    "train_mode,score,all_groups,token_code",
+    "train_mode,score,all_groups,variant",
     [
-        (False, STANDARD, (1, 3), "outer"),
-        (True, STANDARD, (1, 3), "outer"),
-        (True, ZPX, (2,), "outer"),
-        (True, STANDARD, (2,), "flat"),
+        (False, STANDARD, (1, 3), {}),
+        (True, STANDARD, (1, 3), {}),
+        (True, ZPX, (2,), {}),
+        (True, STANDARD, (2,), {"token_code": "flat"}),
+        (True, STANDARD, (2,), {"attention_grid": "axial"}),
     ],  # one group, several, uneven
-    ids=["eval", "train", "train-zpx", "train-flat"],
+    ids=["eval", "train", "train-zpx", "train-flat", "train-axial"],
 )
-def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_groups, token_code):
-    """One forward serves both layouts, a score variant (its term and its regulariser) and the flat
-    token code included."""
+def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_groups, variant):
+    """One forward serves both layouts, a score variant (its term and its regulariser), the flat
+    token code and axial attention included."""
     with jax.enable_x64(True):
-        cfg = _cfg(dropout=0.3, score=score, token_code=token_code)
+        cfg = _cfg(dropout=0.3, score=score, **variant)
         params = numpy_params(rank4jax.init_params, cfg, jnp.float64)  # nothing to compile
         windows = _windows(cfg)
         rng = jax.random.key(5) if train_mode else None

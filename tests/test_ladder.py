@@ -116,6 +116,59 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
     assert drawn[gain] == {name: ([100], [0.5]) for name in ("rank4", "baseline", "baseline_lm (teacher-forced)")}
 
 
+def test_the_grid_families_configs_and_their_rates():
+    """At V = 14,171 (the ladder's ROCStories vocabulary): the flat grid at the rung's fiber, the matched
+    flat grid at the fiber nearest the rank-4 count (8 × 4 at D = 64, the ablation's), axial attention
+    with the rank-4 model's parameters; flat_matched trains at the flat grid's rate, no sweep of its own."""
+    from configs import rocstories
+
+    base, vocab = rocstories.get_config(), 14_171
+    expected = {  # width → family → (dx, dt, token_code, attention_grid, parameters)
+        64: {"flat": (8, 8, "flat", "joint", 1_022_912), "flat_matched": (8, 4, "flat", "joint", 482_784),
+             "axial": (8, 8, "outer", "axial", 456_072)},
+        128: {"flat_matched": (7, 8, "flat", "joint", 882_504)},
+        256: {"flat_matched": (9, 16, "flat", "joint", 2_624_112)},
+    }  # fmt: skip
+    for width, families in expected.items():
+        for family, want in families.items():
+            config = lad.family_config(base, family, width, vocab)
+            model = config.model
+            assert (model.dx, model.dt, model.token_code, model.attention_grid) == want[:4]
+            assert run_param_count(config, vocab) == want[4]
+    plan = lad.LadderPlan(families=("rank4", "flat", "flat_matched"), rates=(1e-3, 3e-3))
+    assert list(lad.sweep_configs(base, plan, vocab, {"rank4": 3e-3})) == ["sweep/flat_lr0.001", "sweep/flat_lr0.003"]
+    losses = {"sweep/flat_lr0.001": 1.4, "sweep/flat_lr0.003": 1.5}
+    assert lad.pick_rates(losses, plan, {"rank4": 3e-3}) == {"rank4": 3e-3, "flat": 1e-3, "flat_matched": 1e-3}
+    alone = lad.LadderPlan(families=("flat_matched",), rates=(1e-3,))  # without the flat grid: its own sweep
+    assert list(lad.sweep_configs(base, alone, vocab, {})) == ["sweep/flat_matched_lr0.001"]
+
+
+def test_the_grid_families_are_tested_against_both_references():
+    """Δ and McNemar against the rank-4 model, the lead and McNemar against the baseline; the lead's
+    trend by the family's own size."""
+    outcomes = {"rank4": [1, 0, 0, 1], "baseline": [1, 1, 0, 1], "flat": [0, 0, 0, 0]}
+    rows = {
+        f"d{w}/{family}": {"width": w, "family": family, "params": 10 ** (w // 8 + 3) * (2 if family == "flat" else 1),
+                           "ls": ls - (0.1 if w == 16 and family == "flat" else 0.0),
+                           "cloze_correct": {"mean_ce": outcomes[family]}}
+        for w in (8, 16)
+        for family, ls in (("rank4", 5.0), ("baseline", 5.25), ("flat", 5.125))
+    }  # fmt: skip
+    tests = lad._rung_tests({r["family"]: r for r in rows.values() if r["width"] == 8})
+    assert tests == {
+        "delta_baseline": 0.25, "cloze_accuracy_mcnemar_p_baseline": 1.0,
+        "delta_flat": 0.125, "cloze_accuracy_mcnemar_p_flat": 0.5,  # two discordant stories, both rank-4's
+        "lead_flat": 0.125, "cloze_accuracy_mcnemar_p_flat_vs_baseline": 0.25,  # three, all the baseline's
+    }  # fmt: skip
+    trend = lad.lead_trend(rows)["flat"]  # leads 0.125 at 2·10^4 and 0.225 at 2·10^5 flat parameters
+    assert trend["log10_params"] == pytest.approx([math.log10(2e4), math.log10(2e5)], abs=1e-15)
+    assert trend["b"] == pytest.approx(0.1, abs=1e-12) and trend["crossing"] == "behind"
+    assert lad.trend_sentence("flat", trend, lead=True) == (
+        "The lead of flat over the baseline (the baseline's LS(T) − its own) against log10(flat parameters): "
+        "slope +0.1000 (from 2 rungs: no uncertainty) per decade; the fit moves the lead away from zero as size grows."
+    )
+
+
 @pytest.fixture(scope="module")
 def tiny_ladder(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("ladder"))

@@ -33,6 +33,7 @@ ADDED_DEFAULTS = {
     ("selection",): "window",
     ("model", "objective_slices"): "all",
     ("model", "token_code"): "outer",
+    ("model", "attention_grid"): "joint",
     ("optim", "schedule"): "constant",
     ("optim", "end_lr_factor"): 0.0,
     ("early_stop_patience",): 0,
@@ -56,7 +57,7 @@ def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     with config.unlocked():
         for (*parents, key), default in ADDED_DEFAULTS.items():
             if parents == ["model"] and config.get("model_family") != "rank4":
-                continue  # model.objective_slices and token_code: the rank-4 family's section only
+                continue  # model.objective_slices, token_code, attention_grid: rank-4's only
             section = _lookup(config, parents)
             if section is not None and key not in section:
                 section[key] = default

@@ -11,7 +11,14 @@ Families (``FAMILIES``):
 - ``baseline_lm``: the same transformer as a standard teacher-forced causal LM over every token of the
   story, matched the same way (``model_family="baseline_lm"``): the reference a reader would pick
   instead. Its LS(T) is teacher-forced (each token of S(T) after the gold ones before it), where the
-  rank-4 model predicts every token of S(T) at once and the free-running baseline after its own.
+  rank-4 model predicts every token of S(T) at once and the free-running baseline after its own;
+- ``flat``: the rank-4 model's grid with a free D-vector per token (``model.token_code="flat"``) at the
+  rung's fiber: the same grid, position codes, joint softmax and parallel prediction without the
+  factorised token (an ablation; about 2.2 times the rank-4 model's parameters);
+- ``flat_matched``: the flat grid at the fiber whose parameter count is closest to the rank-4 model's
+  (``matched_flat_config``; an ablation), trained at the flat grid's rate (``RATE_OF``);
+- ``axial``: the rank-4 model with axial attention (``model.attention_grid="axial"``: within each slice,
+  then across the slices, with the same maps and parameters; an ablation).
 
 Two stages, each an ordinary set of resumable runs under one workdir:
 
@@ -52,7 +59,14 @@ FAMILIES = {  # name → (model family, what it is)
     "rank4_last": ("rank4", "rank-4, objective S(T) only, selected on LS(T) (extra)"),
     "baseline": ("baseline", "1-D baseline, free-running, parameter-matched"),
     "baseline_lm": ("baseline_lm", "teacher-forced causal LM on every token, parameter-matched (reference)"),
+    "flat": ("rank4", "the rank-4 grid with a free D-vector per token, the rung's fiber (ablation)"),
+    "flat_matched": ("rank4", "the flat grid at the fiber matching the rank-4 parameter count (ablation)"),
+    "axial": ("rank4", "rank-4 with axial attention: within each slice, then across the slices (ablation)"),
 }
+# families trained at another family's rate when both are in the plan (the same model at another size:
+# its sweep would repeat the other's); without that family in the plan, a family sweeps its own
+RATE_OF = {"flat_matched": "flat"}
+GRID_ABLATIONS = ("flat", "flat_matched", "axial")  # tested against the rank-4 model and the baseline alike
 TEACHER_FORCED = frozenset({"baseline_lm"})  # LS(T) after the gold S(T) tokens: no Δ against the free-running ones
 DIVERGED_FILE = "diverged.json"  # a run that diverged: its learning rate and error (the ladder goes on without it)
 RATES = (3e-4, 1e-3, 3e-3, 1e-2)  # the sweep of docs/scaling.md's reported comparison
@@ -98,13 +112,49 @@ def fiber(width: int) -> tuple[int, int]:
     return width // dt, dt
 
 
+def _last_slice(config):
+    config.model.objective_slices, config.selection = "last", "last_slice"
+
+
+def _flat(config):
+    config.model.token_code = "flat"
+
+
+def _axial(config):
+    config.model.attention_grid = "axial"
+
+
+# what each rank-4 family changes in the paper's config (in place); flat_matched is flat at another fiber
+VARIANTS = {"rank4": None, "rank4_last": _last_slice, "flat": _flat, "flat_matched": _flat, "axial": _axial}
+
+
 def rank4_config(base: ml_collections.ConfigDict, width: int, name: str = "rank4") -> ml_collections.ConfigDict:
-    """The base rank-4 config at fiber width ``width``; ``rank4_last`` with the S(T) objective and the
-    LS(T) selection."""
+    """The base rank-4 config at fiber width ``width`` with the family ``name``'s change (``VARIANTS``:
+    ``rank4_last`` the S(T) objective and the LS(T) selection, ``flat`` the flat token code, ``axial``
+    axial attention)."""
     config = copy.deepcopy(base)
     config.model.dx, config.model.dt = fiber(width)
-    if name == "rank4_last":
-        config.model.objective_slices, config.selection = "last", "last_slice"
+    if VARIANTS[name] is not None:
+        VARIANTS[name](config)
+    return config
+
+
+def matched_flat_config(rank4: ml_collections.ConfigDict, vocab_size: int) -> ml_collections.ConfigDict:
+    """The flat grid whose parameter count is closest to the rank-4 config's: D′ from 2 to 2·D, each
+    with the ladder's fiber rule (dt′ the power of two at or above sqrt(D′/2), D′ a multiple of it;
+    dx′ = D′/dt′). At V = 14,171: 8 × 4 (+5.9 %) at the D = 64 rung, 7 × 8 (−3.5 %) at 128 and 9 × 16
+    (+4.1 %) at 256."""
+    config = copy.deepcopy(rank4)
+    _flat(config)
+    target = run_param_count(rank4, vocab_size)
+
+    def with_width(width: int) -> int:
+        dt = 2 ** math.ceil(math.log2(math.sqrt(width / 2)))
+        config.model.dx, config.model.dt = width // dt, dt
+        return run_param_count(config, vocab_size)
+
+    fibers = [w for w in range(2, 2 * base_width(rank4) + 1) if w % 2 ** math.ceil(math.log2(math.sqrt(w / 2))) == 0]
+    with_width(closest(fibers, with_width, target))
     return config
 
 
@@ -131,8 +181,11 @@ def matched_config(rank4: ml_collections.ConfigDict, name: str, vocab_size: int)
 def family_config(base, name: str, width: int, vocab_size: int) -> ml_collections.ConfigDict:
     if name not in FAMILIES:
         raise ConfigError(f"ladder family must be one of {', '.join(FAMILIES)}, got {name!r}")
-    rank4 = rank4_config(base, width, "rank4_last" if name == "rank4_last" else "rank4")
-    return rank4 if FAMILIES[name][0] == "rank4" else matched_config(rank4, name, vocab_size)
+    if name == "flat_matched":
+        return matched_flat_config(rank4_config(base, width), vocab_size)
+    if FAMILIES[name][0] == "rank4":
+        return rank4_config(base, width, name)
+    return matched_config(rank4_config(base, width), name, vocab_size)
 
 
 def base_width(base: ml_collections.ConfigDict) -> int:
@@ -147,11 +200,17 @@ def rung_name(name: str, width: int) -> str:
     return f"d{width}/{name}"
 
 
+def borrows_rate(name: str, plan: LadderPlan) -> bool:
+    """Whether the family trains at another family's rate (``RATE_OF``) in this plan."""
+    return RATE_OF.get(name) in plan.families
+
+
 def sweep_configs(base, plan: LadderPlan, vocab_size: int, given: dict) -> dict:
-    """``sweep/<family>_lr<rate>`` → config, at the base size, for each family whose rate is not given."""
+    """``sweep/<family>_lr<rate>`` → config, at the base size, for each family whose rate is not given
+    (nor borrowed: ``RATE_OF``)."""
     configs = {}
     for name in plan.families:
-        if name in given:
+        if name in given or borrows_rate(name, plan):
             continue
         for rate in plan.rates:
             config = family_config(base, name, base_width(base), vocab_size)
@@ -188,11 +247,12 @@ def best_selection_loss(run_dir: str, config: ml_collections.ConfigDict) -> floa
 
 def pick_rates(losses: dict, plan: LadderPlan, given: dict) -> dict:
     """Each family's rate: the given one, else the sweep rate with the lowest validation selection
-    loss (``losses``: sweep run name → that loss; ``inf`` for a run that diverged). A family whose every
-    sweep run diverged has no rate to pick: refused by name, not trained at a rate that diverged."""
+    loss (``losses``: sweep run name → that loss; ``inf`` for a run that diverged), else (``RATE_OF``)
+    the rate of the family it borrows from. A family whose every sweep run diverged has no rate to
+    pick: refused by name, not trained at a rate that diverged."""
     rates = dict(given)
     for name in plan.families:
-        if name not in rates:
+        if name not in rates and not borrows_rate(name, plan):
             rates[name] = min(plan.rates, key=lambda r, n=name: losses[sweep_name(n, r)])
             if math.isinf(losses[sweep_name(name, rates[name])]):
                 tried = ", ".join(f"{r:g}" for r in plan.rates)
@@ -200,6 +260,8 @@ def pick_rates(losses: dict, plan: LadderPlan, given: dict) -> dict:
                     f"every sweep run of {name} diverged (learning rates {tried}): give it a rate with "
                     f"--learning_rates={name}=RATE, or sweep lower --rates in another --workdir"
                 )
+    for name in plan.families:
+        rates.setdefault(name, rates.get(RATE_OF.get(name)))
     return rates
 
 
@@ -362,7 +424,7 @@ def summarise(runs: dict, split: str) -> dict:
         }
     for width in sorted({r["width"] for r in rows.values()}):
         rungs[width] = _rung_tests({r["family"]: r for r in rows.values() if r["width"] == width})
-    return {"split": split, "rows": rows, "rungs": rungs, "trend": delta_trend(rows)}
+    return {"split": split, "rows": rows, "rungs": rungs, "trend": delta_trend(rows), "lead_trend": lead_trend(rows)}
 
 
 def _rung_of(name: str) -> tuple[int, str]:
@@ -371,28 +433,38 @@ def _rung_of(name: str) -> tuple[int, str]:
 
 
 def _rung_tests(by_family: dict) -> dict:
-    """Δ of every other family's LS(T) against the rank-4 model's, and McNemar's exact p-value of its
-    Story Cloze outcomes against the rank-4 model's, per rule."""
+    """At one rung: Δ of every other family's LS(T) against the rank-4 model's (``delta_<family>``) and
+    McNemar's exact p of its Story Cloze outcomes against the rank-4 model's, per rule
+    (``<rule>_mcnemar_p_<family>``); and for the grid ablations (``GRID_ABLATIONS``), the lead over the
+    baseline (``lead_<family>`` = the baseline's LS(T) − its own) and McNemar against the baseline
+    (``<rule>_mcnemar_p_<family>_vs_baseline``)."""
     out = {}
-    rank4 = by_family.get("rank4")
-    if rank4 is None:
-        return out
+    rank4, baseline = by_family.get("rank4"), by_family.get("baseline")
     for family, row in by_family.items():
-        if family == "rank4":
-            continue
-        if (gap := delta(row, rank4)) is not None:
-            out[f"delta_{family}"] = gap
-        for key, (rule, _) in CLOZE_RULES.items():
-            a, b = (rank4.get("cloze_correct") or {}).get(rule), (row.get("cloze_correct") or {}).get(rule)
-            if a is not None and b is not None:
-                out[f"{key}_mcnemar_p_{family}"] = mcnemar_exact(a, b)["p_value"]
+        if rank4 is not None and family != "rank4":
+            if (gap := delta(row, rank4)) is not None:
+                out[f"delta_{family}"] = gap
+            out |= _mcnemar(rank4, row, family)
+        if baseline is not None and family in GRID_ABLATIONS:
+            if (gap := delta(row, baseline)) is not None:
+                out[f"lead_{family}"] = -gap
+            out |= _mcnemar(baseline, row, f"{family}_vs_baseline")
     return out
 
 
-def delta(row: dict, rank4: dict) -> float | None:
-    """Δ = a run's LS(T) − the rank-4 model's at the same rung; None for a teacher-forced LS(T) (each S(T)
-    token after the gold ones before it), which is no comparison with a free-running one."""
-    return None if row["family"] in TEACHER_FORCED else row["ls"] - rank4["ls"]
+def _mcnemar(reference: dict, row: dict, name: str) -> dict:
+    out = {}
+    for key, (rule, _) in CLOZE_RULES.items():
+        a, b = (reference.get("cloze_correct") or {}).get(rule), (row.get("cloze_correct") or {}).get(rule)
+        if a is not None and b is not None:
+            out[f"{key}_mcnemar_p_{name}"] = mcnemar_exact(a, b)["p_value"]
+    return out
+
+
+def delta(row: dict, reference: dict) -> float | None:
+    """Δ = a run's LS(T) − the reference's (the rank-4 model's) at the same rung; None for a teacher-forced
+    LS(T) (each S(T) token after the gold ones before it), which is no comparison with a free-running one."""
+    return None if row["family"] in TEACHER_FORCED else row["ls"] - reference["ls"]
 
 
 def linear_fit(x, y) -> dict:
@@ -431,18 +503,41 @@ def delta_trend(rows: dict) -> dict:
         )
         if len(points) < 2 or any(gap is None for _, gap in points):
             continue
-        x, y = zip(*points, strict=True)
-        fit = linear_fit(x, y)
-        zero = -fit["a"] / fit["b"] if fit["b"] != 0 else None
-        where = None if zero is None else "ahead" if zero > x[-1] else "behind" if zero < x[0] else "inside"
-        crossing = None if zero is None else 10**zero
-        trends[family] = fit | {"log10_params": list(x), "delta": list(y), "crossing_params": crossing,
-                                "crossing": where}  # fmt: skip
+        trends[family] = _trend(points)
     return trends
 
 
-def trend_sentence(family: str, fit: dict) -> str:
-    """One line of the report: the slope of Δ per decade of parameters, its uncertainty, and where Δ is zero."""
+def lead_trend(rows: dict) -> dict:
+    """For each grid ablation (``GRID_ABLATIONS``): its lead over the baseline (the baseline's LS(T) − its
+    own at each rung, > 0: ahead) fitted against log10 of its own parameter count, with the zero as
+    :func:`delta_trend` finds it (``delta``: the leads)."""
+    baseline = {r["width"]: r for r in rows.values() if r["family"] == "baseline"}
+    trends = {}
+    for family in sorted({r["family"] for r in rows.values()} & set(GRID_ABLATIONS)):
+        points = sorted(
+            (math.log10(r["params"]), baseline[r["width"]]["ls"] - r["ls"])
+            for r in rows.values()
+            if r["family"] == family and r["width"] in baseline
+        )
+        if len(points) >= 2:
+            trends[family] = _trend(points)
+    return trends
+
+
+def _trend(points: list) -> dict:
+    """The linear fit of (x, y) points sorted by x and where it is zero: ``crossing_params`` = 10**x there
+    (None for a flat fit) and ``crossing`` "ahead" / "inside" / "behind" the points (:func:`delta_trend`)."""
+    x, y = zip(*points, strict=True)
+    fit = linear_fit(x, y)
+    zero = -fit["a"] / fit["b"] if fit["b"] != 0 else None
+    where = None if zero is None else "ahead" if zero > x[-1] else "behind" if zero < x[0] else "inside"
+    crossing = None if zero is None else 10**zero
+    return fit | {"log10_params": list(x), "delta": list(y), "crossing_params": crossing, "crossing": where}
+
+
+def trend_sentence(family: str, fit: dict, lead: bool = False) -> str:
+    """One line of the report: the slope of Δ per decade of parameters, its uncertainty, and where Δ is
+    zero; ``lead``: of a :func:`lead_trend` (the family's lead over the baseline, by its own size)."""
     if fit["se_b"] is None:
         spread = f" (from {len(fit['delta'])} rungs: no uncertainty)"
     else:
@@ -450,14 +545,23 @@ def trend_sentence(family: str, fit: dict) -> str:
         spread = (
             f" ± {fit['se_b']:.4f} (95 % interval {lo:+.4f} to {hi:+.4f}; p = {fit['p_no_trend']:.2g} for no trend)"
         )
+    size, what = (f"{family} parameters", "the lead") if lead else ("rank-4 parameters", "Δ")
     where = {
         None: "the fit is flat",
-        "ahead": "it would reach 0 at about {:,.0f} rank-4 parameters if the trend held",
-        "inside": "the fit changes sign within the ladder, at about {:,.0f} rank-4 parameters, and moves Δ away "
-        "from zero beyond it",
-        "behind": "the fit moves Δ away from zero as size grows",
+        "ahead": "it would reach 0 at about {:,.0f} " + size + " if the trend held",
+        "inside": "the fit changes sign within the ladder, at about {:,.0f} "
+        + size
+        + ", and moves "
+        + what
+        + " away from zero beyond it",
+        "behind": f"the fit moves {what} away from zero as size grows",
     }[fit["crossing"]].format(fit["crossing_params"])  # a flat fit has no zero to format
-    return f"Δ ({family}) against log10(rank-4 parameters): slope {fit['b']:+.4f}{spread} per decade; {where}."
+    if lead:
+        return (
+            f"The lead of {family} over the baseline (the baseline's LS(T) − its own) against log10({size}): "
+            f"slope {fit['b']:+.4f}{spread} per decade; {where}."
+        )
+    return f"Δ ({family}) against log10({size}): slope {fit['b']:+.4f}{spread} per decade; {where}."
 
 
 def _accuracy(row: dict, key: str) -> str:
@@ -511,8 +615,22 @@ def report_markdown(result: dict) -> str:
         lines += ["| D | family | mean CE | PMI | ending only |", "|---|---|---|---|---|", *tests]
     for name, record in result.get("diverged", {}).items():
         lines += ["", f"{name} (lr {record['learning_rate']:g}) has no figures: {record['error']}"]
+    against_baseline = [
+        f"| {width} | {family} | {tests[f'lead_{family}']:+.4f} | "
+        + " | ".join(f"{tests.get(f'{key}_mcnemar_p_{family}_vs_baseline', float('nan')):.3g}" for key in CLOZE_RULES)
+        + " |"
+        for width, tests in sorted(result["rungs"].items())
+        for family in FAMILIES
+        if f"lead_{family}" in tests
+    ]
+    if against_baseline:
+        lines += ["", "Against the baseline at the same rung (lead: the baseline's LS(T) − the family's; McNemar's p):"]
+        lines += ["", "| D | family | lead | mean CE | PMI | ending only |", "|---|---|---|---|---|---|"]
+        lines += against_baseline
     for family, fit in result["trend"].items():
         lines += ["", trend_sentence(family, fit)]
+    for family, fit in result.get("lead_trend", {}).items():
+        lines += ["", trend_sentence(family, fit, lead=True)]
     return "\n".join(lines)
 
 

@@ -99,7 +99,7 @@ SELECTIONS = {"window": "window_ce", "last_slice": "last_slice_ce"}
 # each family's model section: required keys, then optional ones with their defaults
 RANK4_SECTION = (
     SIZES + ("n_heads", "dropout"),
-    {"attention": "autodiff", "zpx": None, "objective_slices": "all", "token_code": "outer"},
+    {"attention": "autodiff", "zpx": None, "objective_slices": "all", "token_code": "outer", "attention_grid": "joint"},
 )
 BASELINE_SECTION = (SIZES + ("n_heads", "dropout"), {"teacher_forcing": False, "zpx": None})
 BASELINE_LM_SECTION = (SIZES + ("n_heads", "dropout"), {"zpx": None})

@@ -32,8 +32,11 @@ class Rank4Model(nnx.Module):
                 raise ValueError("pass rngs=nnx.Rngs(seed) to initialise the model, or use Rank4Model.from_params")
             params = init_params(rngs.params(), cfg, dtype)
         common.check_params(params, "rank4", "Rank4Model")
-        if cfg.token_code != "outer":
-            raise ConfigError(f"rank4jax.nn holds the paper's token code ('outer'), not {cfg.token_code!r}")
+        if cfg.token_code != "outer" or cfg.attention_grid != "joint":
+            raise ConfigError(
+                "rank4jax.nn holds the paper's model (token_code='outer', attention_grid='joint'), not "
+                f"{cfg.token_code!r} and {cfg.attention_grid!r}"
+            )
         if len(params["layers"]) != cfg.n_layers:
             raise ConfigError(f"the parameters have {len(params['layers'])} layers; the config says {cfg.n_layers}")
         self.cfg, self.deterministic = cfg, True

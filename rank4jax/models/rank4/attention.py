@@ -28,14 +28,15 @@ def init_attention(key: jax.Array, n_heads: int, width: int, dtype=jnp.float32) 
 def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
     """Joint-softmax weights of one head (q, k (B, P, D)) or all (q, k (B, H, P, D)) → (B, [H,] P, K).
 
-    key_mask (B, K) bool; ``extra`` (B, P, K): a score term shared by every head, added before the mask."""
+    key_mask (B, K) bool, or (B, P, K) for keys that depend on the query; ``extra`` (B, P, K): a score
+    term shared by every head, added before the mask."""
     heads = (1,) * (q.ndim - 3)  # broadcast over a head axis when there is one
     scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
     scores = jnp.einsum("...pd,...kd->...pk", q, k) * scale
     if extra is not None:
         scores = scores + extra.reshape(extra.shape[:1] + heads + extra.shape[1:])
-    mask = key_mask.reshape(key_mask.shape[:1] + heads + (1,) + key_mask.shape[1:])
-    return masked_softmax(scores, mask)
+    mask = key_mask[:, None, :] if key_mask.ndim == 2 else key_mask  # (B, P or 1, K)
+    return masked_softmax(scores, mask.reshape(mask.shape[:1] + heads + mask.shape[1:]))
 
 
 def attention_heads(

@@ -42,17 +42,20 @@ def init_layer(key: jax.Array, dx: int, dt: int, n_heads: int, score=scores.STAN
     return layer | scores.init_layer_params(score, key, dx * dt, dtype)
 
 
-def autodiff_attention(layer: dict, x: jax.Array, key_mask: jax.Array, *, score=scores.STANDARD, rows=None):
+def autodiff_attention(
+    layer: dict, x: jax.Array, key_mask: jax.Array, *, score=scores.STANDARD, rows=None, heads=attention_heads
+):
     """LN_attn, then rank-4 attention with the score variant's term (``score``; the paper's adds none).
     x (G, R, D) → (Σ_h O_h (G, R, D), the variant's auxiliary value, the weights A (B, H, P, K)).
     ``rows`` (a :class:`Rows`) moves the normalised rows to the windows' grid and back; None: the rows
-    are the grid."""
+    are the grid. ``heads``: the heads over the grid (the paper's joint softmax, or
+    ``rank4jax.models.rank4.axial``'s two hops)."""
     u = layer_norm(x, layer["ln_attn"]["scale"], layer["ln_attn"]["bias"])  # U = LN_attn(x)  (G, R, D)
     u = u if rows is None else rows.to_grid(u)  # on the windows' grid  (B, P, D)
     extra, aux = score.scores(scores.layer_params(score, layer), u, key_mask)  # (B, P, K) or None
-    out, heads = attention_heads(layer["attn"], u, key_mask, extra)  # Σ_h O_h  (B, P, D)
+    out, tensors = heads(layer["attn"], u, key_mask, extra)  # Σ_h O_h  (B, P, D)
     out = out if rows is None else rows.from_grid(out)  # back on the rows  (G, R, D)
-    return out, aux, heads["weights"]
+    return out, aux, tensors["weights"]
 
 
 def analytic_attention(layer: dict, x: jax.Array, key_mask: jax.Array, *, rows=None):
@@ -63,12 +66,13 @@ def analytic_attention(layer: dict, x: jax.Array, key_mask: jax.Array, *, rows=N
     return attention_block(x, layer["ln_attn"], layer["attn"], key_mask), jnp.zeros((), x.dtype), None
 
 
-def attention_sublayer(mode: str, score=scores.STANDARD, rows: Rows | None = None):
+def attention_sublayer(mode: str, score=scores.STANDARD, rows: Rows | None = None, heads=attention_heads):
     """The attention sublayer ``attention(layer, x, key_mask)`` of ``mode`` ("autodiff" | "analytic"),
-    composed once with its score variant and the batch's layout."""
+    composed once with its score variant, the batch's layout and the heads over the grid (``heads``:
+    ``Rank4Config.grid_heads``; the analytic backward is the joint softmax's)."""
     if mode == "analytic":
         return functools.partial(analytic_attention, rows=rows)
-    return functools.partial(autodiff_attention, score=score, rows=rows)
+    return functools.partial(autodiff_attention, score=score, rows=rows, heads=heads)
 
 
 def pre_ln_block(layer: dict, x: jax.Array, key_mask: jax.Array, *, attention, dropout, rng):

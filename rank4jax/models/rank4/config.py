@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from rank4jax.errors import ConfigError
+from rank4jax.models.rank4.axial import ATTENTION_GRIDS, grid_heads
 from rank4jax.models.rank4.token_code import TOKEN_CODES as CODES
 from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import validate_window_model
@@ -33,6 +34,7 @@ class Rank4Config:
     score: object = STANDARD  # attention-score variant (rank4jax.models.scores): the paper's, or a ZPXConfig
     objective_slices: str = "all"  # OBJECTIVE_SLICES: what the training objective averages over
     token_code: str = "outer"  # TOKEN_CODES: how a token enters and leaves the fiber (rank4.token_code)
+    attention_grid: str = "joint"  # ATTENTION_GRIDS: one softmax over N·T keys (the paper's) or two hops (.axial)
 
     def __post_init__(self):
         validate_window_model(self)
@@ -42,6 +44,10 @@ class Rank4Config:
             raise ConfigError(f"objective_slices must be one of {OBJECTIVE_SLICES}, got {self.objective_slices!r}")
         if self.token_code not in TOKEN_CODES:
             raise ConfigError(f"token_code must be one of {TOKEN_CODES}, got {self.token_code!r}")
+        if self.attention_grid not in ATTENTION_GRIDS:
+            raise ConfigError(f"attention_grid must be one of {ATTENTION_GRIDS}, got {self.attention_grid!r}")
+        if self.attention_grid != "joint" and (self.attention == "analytic" or self.score != STANDARD):
+            raise ConfigError("axial attention runs with attention='autodiff' and the standard score only")
         if self.attention == "analytic" and self.score != STANDARD:
             raise ConfigError("the analytic (§6) backward covers the standard score only; use attention='autodiff'")
 
@@ -49,6 +55,11 @@ class Rank4Config:
     def tokens(self):
         """The token code (``rank4jax.models.rank4.token_code``) this config names."""
         return CODES[self.token_code]
+
+    @property
+    def grid_heads(self):
+        """The attention heads over a window's grid this config names (``rank4jax.models.rank4.axial``)."""
+        return grid_heads(self.attention_grid, self.n_slices)
 
     @property
     def width(self) -> int:

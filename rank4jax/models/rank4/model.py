@@ -87,7 +87,7 @@ def layer_of(cfg: Rank4Config, rows: Rows, train: bool):
     return functools.partial(
         pre_ln_block,
         key_mask=rows.key_mask(),  # (B, K)
-        attention=attention_sublayer(cfg.attention, cfg.score, rows),
+        attention=attention_sublayer(cfg.attention, cfg.score, rows, cfg.grid_heads),
         dropout=lambda y, keys: rows.dropout(y, cfg.dropout, keys, train),
     )
 
