@@ -8,7 +8,8 @@ The mesh has two named axes:
   for the MLP's second matmul); XLA's partitioner inserts them.
 
 Parameters and optimiser moments get their PartitionSpec from their names (``attn.wq`` …,
-``mlp.w1`` …), so the AdamW moments, which mirror the parameter tree, shard like the parameters.
+``mlp.w1`` …; ``rank4jax.models.partition``), so the AdamW moments, which mirror the parameter tree,
+shard like the parameters.
 Batches are assembled from each process's local rows with ``jax.make_array_from_process_local_data``.
 """
 
@@ -23,22 +24,9 @@ from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from rank4jax.errors import ConfigError
+from rank4jax.models.partition import MODEL_AXIS, leaf_partition
 
-DATA_AXIS, MODEL_AXIS = "data", "model"
-
-# (parent key, leaf key) → PartitionSpec over the leaf's dimensions
-_RULES = {
-    ("attn", "wq"): PartitionSpec(MODEL_AXIS, None, None),  # (H, D, D)
-    ("attn", "wk"): PartitionSpec(MODEL_AXIS, None, None),
-    ("attn", "wv"): PartitionSpec(MODEL_AXIS, None, None),
-    ("attn", "q"): PartitionSpec(None, MODEL_AXIS),  # baseline (D, D): output columns = heads
-    ("attn", "k"): PartitionSpec(None, MODEL_AXIS),
-    ("attn", "v"): PartitionSpec(None, MODEL_AXIS),
-    ("attn", "o"): PartitionSpec(MODEL_AXIS, None),  # baseline (D, D): input rows = heads
-    ("mlp", "w1"): PartitionSpec(None, MODEL_AXIS),  # (D, 4D)
-    ("mlp", "b1"): PartitionSpec(MODEL_AXIS),  # (4D,)
-    ("mlp", "w2"): PartitionSpec(MODEL_AXIS, None),  # (4D, D)
-}
+DATA_AXIS = "data"
 
 
 def mesh_shape(data: int, model: int, n_devices: int | None = None) -> tuple[int, int]:
@@ -86,10 +74,7 @@ def _names(path) -> list:
 
 def partition_spec(path, leaf) -> PartitionSpec:
     names = _names(path)
-    spec = _RULES.get(tuple(names[-2:]))
-    if spec is not None and getattr(leaf, "ndim", None) == len(spec):
-        return spec
-    return PartitionSpec()
+    return leaf_partition(*([None] * (2 - len(names)) + names[-2:]), getattr(leaf, "ndim", None))
 
 
 def state_shardings(mesh: jax.sharding.Mesh, abstract_state):

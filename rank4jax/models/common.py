@@ -179,14 +179,20 @@ def uniform_fan_in(key: jax.Array, shape: tuple[int, ...], fan_in: int, dtype) -
     return jax.random.uniform(key, shape, dtype, minval=-bound, maxval=bound)
 
 
-def init_mlp(key: jax.Array, width: int, dtype) -> dict:
-    """GELU MLP D → 4D → D with biases (weights U(±1/sqrt(fan_in)), biases 0)."""
+def fan_in_uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
+    """SPEC §5's weight initialiser as a flax initialiser ``init(key, shape, dtype)``: U(±1/sqrt(fan_in))
+    with fan_in = shape[-2], the input width of a (..., fan_in, fan_out) map."""
+    return uniform_fan_in(key, shape, shape[-2], dtype)
+
+
+def init_mlp(key: jax.Array, width: int, dtype, kernel_init=fan_in_uniform) -> dict:
+    """GELU MLP D → 4D → D with biases (weights ``kernel_init``, SPEC's U(±1/sqrt(fan_in)); biases 0)."""
     k1, k2 = jax.random.split(key)
     hidden = 4 * width
     return {
-        "w1": uniform_fan_in(k1, (width, hidden), width, dtype),
+        "w1": kernel_init(k1, (width, hidden), dtype),
         "b1": jnp.zeros((hidden,), dtype),
-        "w2": uniform_fan_in(k2, (hidden, width), hidden, dtype),
+        "w2": kernel_init(k2, (hidden, width), dtype),
         "b2": jnp.zeros((width,), dtype),
     }
 

@@ -1,154 +1,224 @@
 """Flax NNX layers of the rank-4 model, each a thin module over the pure functions the trainer runs.
 
-Axes: B batch, N tokens per state, T slices, a grid of any shape for the attention and the block
-(the stories' grid is (N, T); frames × patches works the same), dx/dt fibers, D = dx·dt, H heads,
-V vocabulary.
+Axes: B batch, a grid of any shape (the stories' (N, T) of N tokens × T slices; frames × patches
+works the same), P = K its cells, dx/dt fibers, D = dx·dt, H heads.
+
+**What the layer is.** In SPEC's terms, a rank-4 layer is Pre-LN multi-head attention over the
+flattened key grid whose tokens are D-vectors: every map (WQ_h, WK_h, WV_h, each D × D; the MLP
+D → 4D → D) is dense over the whole fiber, the LayerNorms and the MLP run on the flattened fiber,
+the H heads are full width and summed with no output map, and one softmax runs over all P cells,
+blind to where a cell sits. The block on a (6, 8) grid of (4, 4) fibers is exactly the block on a
+flat 48-cell grid of (16, 1) fibers (tested). What is rank-4 in the paper's model is around the
+block: the token code Esem ⊗ Etmp (:class:`OuterProductEmbed` for any input), the position codes
+P[x] + R[x + t] on the (N, T) grid (:func:`position_codes`) and the factorised readout. A layer has
+3·H·D² attention parameters, where standard attention of width D has 4·D² (at the paper's D = 2,048
+and H = 4: 50M a layer).
 
 Every module keeps exactly the functional parameters as ``nnx.Param`` leaves: ``to_params()`` gives
 the dict the functions take (``rank4jax.init_params``'s layout), ``from_params(...)`` builds the
-module from one, and ``__call__`` runs the function on them, so outputs and gradients are the
-functional model's. A module built with ``rngs`` initialises with the same init functions (SPEC §5)
-from ``rngs.params()``.
+module from one. Flax's habits hold: keyword-only ``rngs`` (``nnx.Rngs(params=0, dropout=1)``;
+dropout draws from the module's own ``dropout`` stream), ``.train()`` / ``.eval()`` and
+``deterministic`` as ``nnx.Dropout`` has them (modules start in training mode), ``dtype`` the
+compute dtype (None: promote inputs and parameters) and ``param_dtype`` the storage dtype,
+``kernel_init`` overridable (SPEC §5's U(±1/sqrt(fan_in)) by default), the trainer's partition as
+each parameter's ``out_sharding`` metadata, and the attention weights by ``sow`` (``nnx.Intermediate``).
 """
 
 from __future__ import annotations
 
-import chex
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from rank4jax.models import scores
-from rank4jax.models.common import apply_mlp, init_layer_norm, init_mlp, layer_norm
-from rank4jax.models.rank4.attention import init_attention, rank4_attention, rank4_attention_weights
-from rank4jax.models.rank4.block import attention_sublayer, init_layer, rank4_block
-from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.embedding import apply_embedding, init_embedding
-from rank4jax.models.rank4.readout import apply_readout, init_readout
+from rank4jax.models.common import apply_mlp, fan_in_uniform, init_layer_norm, init_mlp, layer_norm, split_keys
+from rank4jax.models.common import dropout as drop
+from rank4jax.models.rank4.analytic import attention_block
+from rank4jax.models.rank4.attention import attention_heads, init_attention
+from rank4jax.models.rank4.block import init_layer
+from rank4jax.models.rank4.config import ATTENTION_MODES, Rank4Config
+from rank4jax.models.sizes import check_dropout, check_positive_int
+from rank4jax.nn.common import (
+    cast,
+    check_extra,
+    check_stream,
+    compute_dtype,
+    dropout_keys,
+    dropout_stream,
+    initial,
+    key_mask,
+    param,
+)
 
 
-def param_tree(tree):
-    """A pytree of arrays → the same tree of ``nnx.Param`` (module data)."""
-    return nnx.data(jax.tree.map(nnx.Param, tree))
-
-
-def values(tree):
-    """A tree of ``nnx.Variable`` → the same tree of their arrays."""
-    return jax.tree.map(lambda v: v.get_value(), tree, is_leaf=lambda v: isinstance(v, nnx.Variable))
-
-
-def _initial(params, rngs, init):
-    """The given parameters, else ``init(key)`` with a key from ``rngs.params()``."""
-    if params is not None:
-        return params
-    if rngs is None:
-        raise ValueError("pass rngs=nnx.Rngs(seed) to initialise the module, or build it with from_params")
-    return init(rngs.params())
-
-
-def _check_fiber(x: jax.Array, dx: int, dt: int, key_mask: jax.Array | None = None) -> None:
-    chex.assert_axis_dimension(x, -2, dx)
-    chex.assert_axis_dimension(x, -1, dt)
-    if key_mask is not None:
-        chex.assert_shape(key_mask, x.shape[:-2])
-
-
-class Rank4Embedding(nnx.Module):
-    """The input tensor (SPEC §2, Stages A–D): X = Esem[tok] ⊗ Etmp[tok] + P[x] + R[x + t].
-
-    Parameters Esem (V, dx) and Etmp (V, dt), N(0, 1) with the PAD row zero; inputs (B, T, N) token
-    ids (the states S(0..T−1), as ``rank4jax.forward`` takes them) → X (B, N, T, dx, dt)."""
-
-    def __init__(self, cfg: Rank4Config, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32, params=None):
-        params = _initial(params, rngs, lambda key: init_embedding(key, cfg, dtype))
-        self.cfg = cfg
-        self.sem = nnx.Param(params["sem"])  # Esem (V, dx)
-        self.tmp = nnx.Param(params["tmp"])  # Etmp (V, dt)
-
-    @classmethod
-    def from_params(cls, params: dict, cfg: Rank4Config) -> Rank4Embedding:
-        return cls(cfg, params=params)
-
-    def to_params(self) -> dict:
-        return {"sem": self.sem.get_value(), "tmp": self.tmp.get_value()}
-
-    def __call__(self, inputs: jax.Array) -> jax.Array:
-        cfg = self.cfg
-        chex.assert_shape(inputs, (None, cfg.n_slices, cfg.n_tokens))
-        x = apply_embedding(self.to_params(), jnp.swapaxes(inputs, 1, 2), cfg)  # (B, N, T, dx, dt)
-        return x
+def check_sizes(owner: str, **sizes) -> None:
+    for name, value in sizes.items():
+        check_positive_int(f"{owner}: {name}", value)
 
 
 class FiberLayerNorm(nnx.Module):
-    """LayerNorm over a whole fiber (dx, dt) (SPEC §3): scale and bias (dx, dt), ε = 1e-5."""
+    """LayerNorm over a whole (dx, dt) fiber (SPEC §3): scale and bias (dx, dt), ε = 1e-5."""
 
-    def __init__(self, dx: int, dt: int, *, dtype=jnp.float32, params=None):
-        params = params if params is not None else init_layer_norm((dx, dt), dtype)
-        self.scale = nnx.Param(params["scale"])  # (dx, dt)
-        self.bias = nnx.Param(params["bias"])  # (dx, dt)
+    def __init__(
+        self,
+        dx: int,
+        dt: int,
+        *,
+        dtype=None,
+        param_dtype=jnp.float32,
+        scale_init=nnx.initializers.ones,
+        bias_init=nnx.initializers.zeros,
+        rngs: nnx.Rngs | None = None,
+        params=None,
+    ):
+        check_sizes("FiberLayerNorm", dx=dx, dt=dt)
+        del rngs  # no draw: accepted as flax's LayerNorm accepts it
+        if params is None and (scale_init, bias_init) == (nnx.initializers.ones, nnx.initializers.zeros):
+            params = init_layer_norm((dx, dt), param_dtype)
+        elif params is None:
+            key = jax.random.key(0)  # constant initialisers take no randomness
+            params = {"scale": scale_init(key, (dx, dt), param_dtype), "bias": bias_init(key, (dx, dt), param_dtype)}
+        self.fiber, self.dtype = (dx, dt), dtype
+        self.scale = param(params["scale"], "ln", "scale")  # (dx, dt)
+        self.bias = param(params["bias"], "ln", "bias")  # (dx, dt)
 
     def to_params(self) -> dict:
         return {"scale": self.scale.get_value(), "bias": self.bias.get_value()}
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        dx, dt = self.scale.shape
-        _check_fiber(x, dx, dt)
-        y = layer_norm(x.reshape(x.shape[:-2] + (dx * dt,)), self.scale.get_value(), self.bias.get_value())
+        """x (..., dx, dt) → (..., dx, dt), normalised over each fiber."""
+        if getattr(x, "ndim", 0) < 2 or tuple(x.shape[-2:]) != self.fiber:
+            raise ValueError(f"FiberLayerNorm: x must end in the fiber (dx, dt) = {self.fiber}, got {x.shape}")
+        params = self.to_params()
+        dtype = compute_dtype(self.dtype, x, *params.values())
+        params, x = cast(params, dtype), x.astype(dtype)
+        y = layer_norm(x.reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],)), params["scale"], params["bias"])
         return y.reshape(x.shape)  # (..., dx, dt)
-
-
-class Rank4Attention(nnx.Module):
-    """Rank-4 attention (SPEC §3): H heads, each with full (D, D) Q/K/V maps (no bias), the score
-    contracting both fibers at 1/sqrt(D), one joint softmax over the whole key grid, head outputs
-    summed. x (B, *grid, dx, dt) normalised stream, key_mask (B, *grid) bool → (B, *grid, dx, dt)."""
-
-    def __init__(self, dx: int, dt: int, n_heads: int, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32, params=None):
-        params = _initial(params, rngs, lambda key: init_attention(key, n_heads, dx * dt, dtype))
-        self.fiber = (dx, dt)
-        self.wq = nnx.Param(params["wq"])  # (H, D, D), input fiber first
-        self.wk = nnx.Param(params["wk"])
-        self.wv = nnx.Param(params["wv"])
-
-    def to_params(self) -> dict:
-        return {"wq": self.wq.get_value(), "wk": self.wk.get_value(), "wv": self.wv.get_value()}
-
-    def __call__(self, x: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
-        _check_fiber(x, *self.fiber, key_mask)
-        return rank4_attention(self.to_params(), x, key_mask, extra)  # (B, *grid, dx, dt)
-
-    def weights(self, x: jax.Array, key_mask: jax.Array) -> jax.Array:
-        """The heads' attention weights A (B, H, *grid, *grid): [b, h, query cell, key cell]."""
-        _check_fiber(x, *self.fiber, key_mask)
-        return rank4_attention_weights(self.to_params(), x, key_mask)  # (B, H, *grid, *grid)
 
 
 class Rank4MLP(nnx.Module):
     """The GELU MLP of a layer: D → 4D → D with biases, on the flattened fiber."""
 
-    def __init__(self, dx: int, dt: int, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32, params=None):
-        params = _initial(params, rngs, lambda key: init_mlp(key, dx * dt, dtype))
-        self.w1 = nnx.Param(params["w1"])  # (D, 4D)
-        self.b1 = nnx.Param(params["b1"])  # (4D,)
-        self.w2 = nnx.Param(params["w2"])  # (4D, D)
-        self.b2 = nnx.Param(params["b2"])  # (D,)
+    def __init__(
+        self,
+        dx: int,
+        dt: int,
+        *,
+        dtype=None,
+        param_dtype=jnp.float32,
+        kernel_init=fan_in_uniform,
+        rngs: nnx.Rngs | None = None,
+        params=None,
+    ):
+        check_sizes("Rank4MLP", dx=dx, dt=dt)
+        params = initial(params, rngs, lambda key: init_mlp(key, dx * dt, param_dtype, kernel_init))
+        self.fiber, self.dtype = (dx, dt), dtype
+        self.w1 = param(params["w1"], "mlp", "w1")  # (D, 4D)
+        self.b1 = param(params["b1"], "mlp", "b1")  # (4D,)
+        self.w2 = param(params["w2"], "mlp", "w2")  # (4D, D)
+        self.b2 = param(params["b2"], "mlp", "b2")  # (D,)
 
     def to_params(self) -> dict:
         return {name: getattr(self, name).get_value() for name in ("w1", "b1", "w2", "b2")}
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        width = self.w1.shape[0]
-        return apply_mlp(self.to_params(), x.reshape(x.shape[:-2] + (width,))).reshape(x.shape)
+        """x (..., dx, dt) → W2·GELU(W1·x + b1) + b2 on each flattened fiber (..., dx, dt)."""
+        if getattr(x, "ndim", 0) < 2 or tuple(x.shape[-2:]) != self.fiber:
+            raise ValueError(f"Rank4MLP: x must end in the fiber (dx, dt) = {self.fiber}, got {x.shape}")
+        params = self.to_params()
+        dtype = compute_dtype(self.dtype, x, *params.values())
+        flat = x.astype(dtype).reshape(x.shape[:-2] + (x.shape[-2] * x.shape[-1],))  # (..., D)
+        return apply_mlp(cast(params, dtype), flat).reshape(x.shape)
+
+
+class Rank4Attention(nnx.Module):
+    """Rank-4 attention (SPEC §3): full-width multi-head attention over the flattened key grid with
+    D-vector tokens. H heads, each with full (D, D) maps WQ_h, WK_h, WV_h (no bias), the score
+    contracting both fibers at 1/sqrt(D), one softmax over every key cell of the grid, the heads'
+    outputs summed (no output map). ``causal_axis``: the grid axis ``is_causal`` orders (default the
+    last, the stories' slices)."""
+
+    def __init__(
+        self,
+        dx: int,
+        dt: int,
+        n_heads: int,
+        *,
+        causal_axis: int = -1,
+        dtype=None,
+        param_dtype=jnp.float32,
+        kernel_init=fan_in_uniform,
+        rngs: nnx.Rngs | None = None,
+        params=None,
+    ):
+        check_sizes("Rank4Attention", dx=dx, dt=dt, n_heads=n_heads)
+        params = initial(params, rngs, lambda key: init_attention(key, n_heads, dx * dt, param_dtype, kernel_init))
+        self.fiber, self.causal_axis, self.dtype = (dx, dt), causal_axis, dtype
+        self.wq = param(params["wq"], "attn", "wq")  # (H, D, D), input fiber first
+        self.wk = param(params["wk"], "attn", "wk")
+        self.wv = param(params["wv"], "attn", "wv")
+
+    def to_params(self) -> dict:
+        return {"wq": self.wq.get_value(), "wk": self.wk.get_value(), "wv": self.wv.get_value()}
+
+    def _heads(self, x, mask, extra, is_causal):
+        check_stream(x, self.fiber, "Rank4Attention")
+        keys = key_mask(mask, x.shape, "Rank4Attention", is_causal, self.causal_axis)
+        extra = check_extra(extra, x.shape, "Rank4Attention")
+        params = self.to_params()
+        dtype = compute_dtype(self.dtype, x, *params.values())
+        u = x.astype(dtype).reshape(x.shape[0], -1, x.shape[-2] * x.shape[-1])  # (B, P, D)
+        extra = None if extra is None else extra.astype(dtype)
+        return attention_heads(cast(params, dtype), u, keys, extra)  # Σ_h O_h (B, P, D), the heads' tensors
+
+    def __call__(
+        self,
+        x: jax.Array,
+        mask: jax.Array | None = None,
+        *,
+        extra: jax.Array | None = None,
+        is_causal: bool = False,
+        sow_weights: bool = False,
+    ) -> jax.Array:
+        """x (B, *grid, dx, dt), a normalised stream → Σ_h A_h·V_h (B, *grid, dx, dt).
+
+        ``mask`` bool, broadcastable to (B, *grid): True where the cell is a key (None: every cell);
+        ``extra`` (B, P, K): an additive score term over the cells in C order, added to every head's
+        scores before the mask (how a score variant such as ZPX enters); ``is_causal``: each query sees
+        only the keys at or before it along ``causal_axis``; ``sow_weights``: keep the heads' weights
+        (B, H, *grid, *grid) as the ``nnx.Intermediate`` ``attention_weights``."""
+        out, heads = self._heads(x, mask, extra, is_causal)
+        if sow_weights:
+            grid = x.shape[1:-2]
+            self.sow(
+                nnx.Intermediate,
+                "attention_weights",
+                heads["weights"].reshape(heads["weights"].shape[:2] + grid + grid),
+            )
+        return out.reshape(x.shape)  # (B, *grid, dx, dt)
+
+    def weights(
+        self, x: jax.Array, mask: jax.Array | None = None, *, extra: jax.Array | None = None, is_causal: bool = False
+    ) -> jax.Array:
+        """The heads' attention weights A (B, H, *grid, *grid): [b, h, query cell, key cell] (arguments as
+        the call's)."""
+        _, heads = self._heads(x, mask, extra, is_causal)
+        grid = x.shape[1:-2]
+        return heads["weights"].reshape(heads["weights"].shape[:2] + grid + grid)
 
 
 class Rank4Block(nnx.Module):
-    """One Pre-LN rank-4 layer (SPEC §3–§4): x + Dropout(Attn(LN_attn(x))), then x + Dropout(MLP(LN_mlp(x))).
+    """One Pre-LN rank-4 layer (SPEC §3–§4) on any grid of (dx, dt) fibers:
 
-    x (B, *grid, dx, dt), key_mask (B, *grid) → (B, *grid, dx, dt). Dropout (``dropout``, both branches)
-    runs when the module is in train mode (``.train()``; ``deterministic`` False) and needs ``rng``: a
-    key (each window's masks from ``fold_in(rng, window)``) or one key per window. The variants are
-    composed in once here: ``score`` (an attention-score variant, ``rank4jax.models.scores``; its
-    parameters join the layer as ``self.score``) and ``attention`` ("autodiff", or "analytic": SPEC
-    §6's hand-derived backward)."""
+        x ← x + Dropout(Attn(LN_attn(x)))
+        x ← x + Dropout(MLP(LN_mlp(x)))
+
+    ``dropout``: the rate of both branches, drawn from the module's ``rngs.dropout`` stream (or the
+    call's ``rngs``) in training mode (the default; ``.eval()`` or ``deterministic=True`` turns it off).
+    The variants are composed in once here: ``score`` (an attention-score variant,
+    ``rank4jax.models.scores``, whose term joins ``extra``; its parameters are ``self.score``) and
+    ``attention`` ("autodiff", or "analytic": SPEC §6's hand-derived backward of LN_attn and the heads
+    together, on a key mask only)."""
 
     def __init__(
         self,
@@ -159,25 +229,34 @@ class Rank4Block(nnx.Module):
         dropout: float = 0.1,
         score=scores.STANDARD,
         attention: str = "autodiff",
+        causal_axis: int = -1,
+        deterministic: bool = False,
+        dtype=None,
+        param_dtype=jnp.float32,
+        kernel_init=fan_in_uniform,
         rngs: nnx.Rngs | None = None,
-        dtype=jnp.float32,
         params=None,
     ):
-        params = _initial(params, rngs, lambda key: init_layer(key, dx, dt, n_heads, score, dtype))
-        self.fiber, self.dropout, self.deterministic = (dx, dt), dropout, True
-        self.variant = score
-        self.attention_fn = attention_sublayer(attention, score)  # composed once
-        self.ln_attn = FiberLayerNorm(dx, dt, params=params["ln_attn"])
-        self.attn = Rank4Attention(dx, dt, n_heads, params=params["attn"])
-        self.ln_mlp = FiberLayerNorm(dx, dt, params=params["ln_mlp"])
-        self.mlp = Rank4MLP(dx, dt, params=params["mlp"])
+        check_sizes("Rank4Block", dx=dx, dt=dt, n_heads=n_heads)
+        check_dropout("Rank4Block: dropout", dropout)
+        if attention not in ATTENTION_MODES:
+            raise ValueError(f"Rank4Block: attention must be one of {ATTENTION_MODES}, got {attention!r}")
+        init = lambda key: init_layer(key, dx, dt, n_heads, score, param_dtype, kernel_init)  # noqa: E731
+        params = initial(params, rngs, init)
+        self.fiber, self.rate, self.deterministic, self.dtype = (dx, dt), dropout, deterministic, dtype
+        self.variant, self.analytic = score, attention == "analytic"
+        self.rngs = nnx.data(dropout_stream(rngs))
+        self.ln_attn = FiberLayerNorm(dx, dt, dtype=dtype, params=params["ln_attn"])
+        self.attn = Rank4Attention(dx, dt, n_heads, causal_axis=causal_axis, dtype=dtype, params=params["attn"])
+        self.ln_mlp = FiberLayerNorm(dx, dt, dtype=dtype, params=params["ln_mlp"])
+        self.mlp = Rank4MLP(dx, dt, dtype=dtype, params=params["mlp"])
         own = scores.layer_params(score, params)
-        self.score = param_tree(own) if own is not None else None
+        self.score = nnx.data(jax.tree.map(nnx.Param, own)) if own is not None else None
 
     @classmethod
-    def from_params(cls, params: dict, cfg: Rank4Config) -> Rank4Block:
+    def from_params(cls, params: dict, cfg: Rank4Config, **options) -> Rank4Block:
         """A layer of ``rank4jax.init_params(...)["layers"]`` with ``cfg``'s sizes and variants."""
-        options = {"dropout": cfg.dropout, "score": cfg.score, "attention": cfg.attention}
+        options = {"dropout": cfg.dropout, "score": cfg.score, "attention": cfg.attention} | options
         return cls(cfg.dx, cfg.dt, cfg.n_heads, params=params, **options)
 
     def to_params(self) -> dict:
@@ -187,30 +266,73 @@ class Rank4Block(nnx.Module):
             "ln_mlp": self.ln_mlp.to_params(),
             "mlp": self.mlp.to_params(),
         }
-        return layer | ({} if self.score is None else {self.variant.name: values(self.score)})
+        own = None if self.score is None else jax.tree.map(lambda v: v.get_value(), self.score, is_leaf=_is_var)
+        return layer | ({} if own is None else {self.variant.name: own})
 
-    def __call__(self, x: jax.Array, key_mask: jax.Array, *, rng=None, deterministic: bool | None = None):
-        _check_fiber(x, *self.fiber, key_mask)
+    def set_view(self, deterministic: bool | None = None):
+        """``nnx.view(block, deterministic=...)``, as ``nnx.Dropout`` has it."""
+        if deterministic is not None:
+            self.deterministic = deterministic
+
+    def __call__(
+        self,
+        x: jax.Array,
+        mask: jax.Array | None = None,
+        *,
+        extra: jax.Array | None = None,
+        is_causal: bool = False,
+        deterministic: bool | None = None,
+        rngs=None,
+        sow_weights: bool = False,
+    ) -> jax.Array:
+        """x (B, *grid, dx, dt) → (B, *grid, dx, dt). ``mask``, ``extra``, ``is_causal`` and ``sow_weights``
+        as :meth:`Rank4Attention.__call__`; ``deterministic`` over the module's; ``rngs`` (an
+        ``nnx.Rngs``, a stream, a key or one key per window) over the module's dropout stream."""
+        check_stream(x, self.fiber, "Rank4Block")
         train = not (self.deterministic if deterministic is None else deterministic)
-        options = {"dropout": self.dropout, "train": train, "rng": rng, "attention": self.attention_fn}
-        return rank4_block(self.to_params(), x, key_mask, **options)  # (B, *grid, dx, dt)
+        keys = dropout_keys(x.shape[0], rngs, self.rngs, "Rank4Block") if train and self.rate > 0 else None
+        key_attn, key_mlp = split_keys(keys)  # each window's key split in two  (B,), (B,)
+        h = self._attend(x, mask, extra, is_causal, sow_weights)  # Attn(LN_attn(x))  (B, *grid, dx, dt)
+        x = self._residual(x, h, key_attn, train)  # x + Dropout(h)  (B, *grid, dx, dt)
+        h = self.mlp(self.ln_mlp(x))  # MLP(LN_mlp(x))  (B, *grid, dx, dt)
+        return self._residual(x, h, key_mlp, train)  # x + Dropout(h)  (B, *grid, dx, dt)
+
+    def _attend(self, x, mask, extra, is_causal, sow_weights):
+        """Attn(LN_attn(x)): the block's own norm and attention, with the score variant's term."""
+        if self.analytic:
+            return self._analytic(x, mask, extra, is_causal, sow_weights)
+        u = self.ln_attn(x)  # U = LN_attn(x)  (B, *grid, dx, dt)
+        if self.score is not None:
+            keys = key_mask(mask, x.shape, "Rank4Block")
+            term, _ = self.variant.scores(self.to_params()[self.variant.name], _flat(u), _batched(keys, x.shape[0]))
+            extra = term if extra is None else extra + term  # (B, P, K)
+        return self.attn(u, mask, extra=extra, is_causal=is_causal, sow_weights=sow_weights)
+
+    def _analytic(self, x, mask, extra, is_causal, sow_weights):
+        if extra is not None or is_causal or sow_weights:
+            raise ValueError(
+                "Rank4Block(attention='analytic') takes a key mask only: no extra, is_causal or sow_weights"
+            )
+        params = self.to_params()
+        dtype = compute_dtype(self.dtype, x, *jax.tree.leaves(params))
+        keys = _batched(key_mask(mask, x.shape, "Rank4Block"), x.shape[0])  # (B, K)
+        params = cast(params, dtype)
+        out = attention_block(_flat(x.astype(dtype)), params["ln_attn"], params["attn"], keys)  # (B, P, D)
+        return out.reshape(x.shape)
+
+    def _residual(self, x: jax.Array, h: jax.Array, keys, train: bool) -> jax.Array:
+        """x + Dropout(h), the trainer's inverted dropout on the windows' (B, P, D) rows (its masks)."""
+        return x + drop(_flat(h), self.rate, keys, train).reshape(x.shape)
 
 
-class Rank4Readout(nnx.Module):
-    """The tied, factorised readout (SPEC §4): logits[v] = Σ_{n,q} Y[n, q]·Esem[v, n]·W′[v, q].
+def _flat(x: jax.Array) -> jax.Array:
+    """(B, *grid, dx, dt) → (B, P, D), the grid flattened in C order."""
+    return x.reshape(x.shape[0], -1, x.shape[-2] * x.shape[-1])
 
-    Holds W′ (V, dt) ~ N(0, 1/D); Esem is the embedding's, passed at the call (tied). y (B, *grid, dx,
-    dt) final-normed stream, sem (V, dx) → logits (B, *grid, V)."""
 
-    def __init__(self, vocab_size: int, dx: int, dt: int, *, rngs=None, dtype=jnp.float32, params=None):
-        params = _initial(params, rngs, lambda key: init_readout(key, vocab_size, dt, dx * dt, dtype))
-        self.tmp = nnx.Param(params["tmp"])  # W′ (V, dt)
+def _batched(keys: jax.Array, batch: int) -> jax.Array:
+    return jnp.broadcast_to(keys, (batch,) + keys.shape[1:])
 
-    def to_params(self) -> dict:
-        return {"tmp": self.tmp.get_value()}
 
-    def __call__(self, y: jax.Array, sem: jax.Array) -> jax.Array:
-        _check_fiber(y, sem.shape[1], self.tmp.shape[1])
-        flat = y.reshape(y.shape[0], -1, y.shape[-2] * y.shape[-1])  # (B, P, D)
-        logits = apply_readout(sem, self.tmp.get_value(), flat)  # (B, P, V)
-        return logits.reshape(y.shape[:-2] + (logits.shape[-1],))  # (B, *grid, V)
+def _is_var(v) -> bool:
+    return isinstance(v, nnx.Variable)

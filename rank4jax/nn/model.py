@@ -5,7 +5,6 @@ Axes: B batch, T input slices, N tokens per state, dx/dt fibers, D = dx·dt, V v
 
 from __future__ import annotations
 
-import chex
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -14,23 +13,37 @@ from rank4jax.errors import ConfigError
 from rank4jax.models import common
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.model import attention_maps, init_params, key_padding_mask
-from rank4jax.nn.layers import FiberLayerNorm, Rank4Block, Rank4Embedding, Rank4Readout
+from rank4jax.nn.codes import Rank4Embedding, Rank4Readout, check_tokens
+from rank4jax.nn.common import dropout_keys, dropout_stream
+from rank4jax.nn.layers import FiberLayerNorm, Rank4Block
 
 
 class Rank4Model(nnx.Module):
     """The paper's model: embedding → L Pre-LN rank-4 blocks → final LayerNorm → tied readout.
 
-    ``Rank4Model(cfg, rngs=nnx.Rngs(seed))`` initialises as ``rank4jax.init_params(rngs.params(), cfg)``
-    (SPEC §5); ``Rank4Model.from_params(params, cfg)`` and ``model.to_params()`` convert exactly both
-    ways. ``model(inputs)``: inputs (B, T, N) token ids = S(0..T−1) → logits (B, N, T, V), the values of
-    ``rank4jax.forward(model.to_params(), inputs, cfg)``. In train mode (``model.train()``) dropout runs
-    and ``rng`` is required: ``model(inputs, rng=key)`` equals ``forward(..., train=True, rng=key)``."""
+    ``Rank4Model(cfg, rngs=nnx.Rngs(params=0, dropout=1))`` initialises as
+    ``rank4jax.init_params(rngs.params(), cfg)`` (SPEC §5) and keeps a dropout stream forked from
+    ``rngs``; ``Rank4Model.from_params(params, cfg)`` and ``model.to_params()`` convert exactly both
+    ways. It starts in training mode, as flax's modules do: after ``.eval()`` (or with
+    ``deterministic=True``) it computes ``rank4jax.forward(model.to_params(), inputs, cfg)`` bit for
+    bit; in training mode, with the key its stream draws (or the call's ``rngs``), ``forward(...,
+    train=True, rng=key)``. ``dtype``: the compute dtype (bfloat16 computes as the trainer's
+    ``compute_dtype="bfloat16"`` does), ``param_dtype`` the storage dtype."""
 
-    def __init__(self, cfg: Rank4Config, *, rngs: nnx.Rngs | None = None, dtype=jnp.float32, params=None):
+    def __init__(
+        self,
+        cfg: Rank4Config,
+        *,
+        deterministic: bool = False,
+        dtype=None,
+        param_dtype=jnp.float32,
+        rngs: nnx.Rngs | None = None,
+        params=None,
+    ):
         if params is None:
             if rngs is None:
                 raise ValueError("pass rngs=nnx.Rngs(seed) to initialise the model, or use Rank4Model.from_params")
-            params = init_params(rngs.params(), cfg, dtype)
+            params = init_params(rngs.params(), cfg, param_dtype)
         common.check_params(params, "rank4", "Rank4Model")
         if cfg.token_code != "outer" or cfg.attention_grid != "joint":
             raise ConfigError(
@@ -39,16 +52,17 @@ class Rank4Model(nnx.Module):
             )
         if len(params["layers"]) != cfg.n_layers:
             raise ConfigError(f"the parameters have {len(params['layers'])} layers; the config says {cfg.n_layers}")
-        self.cfg, self.deterministic = cfg, True
-        self.embed = Rank4Embedding.from_params(params["embed"], cfg)
-        self.layers = nnx.List([Rank4Block.from_params(layer, cfg) for layer in params["layers"]])
-        self.final_ln = FiberLayerNorm(cfg.dx, cfg.dt, params=params["final_ln"])
-        self.readout = Rank4Readout(cfg.vocab_size, cfg.dx, cfg.dt, params=params["readout"])
+        self.cfg, self.deterministic, self.dtype = cfg, deterministic, dtype
+        self.rngs = nnx.data(dropout_stream(rngs))
+        self.embed = Rank4Embedding.from_params(params["embed"], cfg, dtype=dtype)
+        self.layers = nnx.List([Rank4Block.from_params(layer, cfg, dtype=dtype) for layer in params["layers"]])
+        self.final_ln = FiberLayerNorm(cfg.dx, cfg.dt, dtype=dtype, params=params["final_ln"])
+        self.readout = Rank4Readout(cfg.vocab_size, cfg.dx, cfg.dt, dtype=dtype, params=params["readout"])
 
     @classmethod
-    def from_params(cls, params: dict, cfg: Rank4Config) -> Rank4Model:
+    def from_params(cls, params: dict, cfg: Rank4Config, **options) -> Rank4Model:
         """The module over ``params`` (``rank4jax.init_params``'s layout, e.g. a trained run's)."""
-        return cls(cfg, params=params)
+        return cls(cfg, params=params, **options)
 
     def to_params(self) -> dict:
         """The functional parameter tree: ``rank4jax.forward(model.to_params(), inputs, model.cfg)``."""
@@ -59,21 +73,29 @@ class Rank4Model(nnx.Module):
             "final_ln": self.final_ln.to_params(),
         }
 
-    def __call__(self, inputs: jax.Array, *, rng: jax.Array | None = None) -> jax.Array:
-        cfg, batch = self.cfg, inputs.shape[0]
-        chex.assert_shape(inputs, (batch, cfg.n_slices, cfg.n_tokens))
-        train = not self.deterministic
-        if train and cfg.dropout > 0.0 and rng is None:
-            raise ValueError("Rank4Model in train mode with dropout > 0 needs rng=key")
-        keys = common.window_keys(rng, batch)  # one dropout key per window
+    def set_view(self, deterministic: bool | None = None):
+        """``nnx.view(model, deterministic=...)``, as ``nnx.Dropout`` has it."""
+        if deterministic is not None:
+            self.deterministic = deterministic
+
+    def __call__(
+        self, inputs: jax.Array, *, deterministic: bool | None = None, rngs=None, slices_first: bool = False
+    ) -> jax.Array:
+        """inputs (B, T, N) token ids = S(0..T−1) → logits (B, N, T, V), ``rank4jax.forward``'s order;
+        ``slices_first``: (B, T, N, V), the order of the targets S(1..T) (B, T, N), for an optax loss.
+        ``deterministic`` over the module's; ``rngs`` (an ``nnx.Rngs``, a stream or a key) over its
+        dropout stream."""
+        cfg = self.cfg
+        check_tokens(inputs, cfg, "Rank4Model")
+        batch, train = inputs.shape[0], not (self.deterministic if deterministic is None else deterministic)
+        keys = dropout_keys(batch, rngs, self.rngs, "Rank4Model") if train and cfg.dropout > 0 else None  # (B,)
         x = self.embed(inputs)  # X (B, N, T, dx, dt)
-        key_mask = key_padding_mask(inputs).reshape(x.shape[:3])  # (B, N, T): a key where the token is not PAD
+        mask = key_padding_mask(inputs).reshape(x.shape[:3])  # (B, N, T): a key where the token is not PAD
         for index, block in enumerate(self.layers):
-            x = block(x, key_mask, rng=common.fold_in_keys(keys, index), deterministic=not train)  # (B, N, T, dx, dt)
+            x = block(x, mask, deterministic=not train, rngs=common.fold_in_keys(keys, index))  # (B, N, T, dx, dt)
         y = self.final_ln(x)  # Y (B, N, T, dx, dt)
         logits = self.readout(y, self.embed.sem.get_value())  # (B, N, T, V)
-        chex.assert_shape(logits, (batch, cfg.n_tokens, cfg.n_slices, cfg.vocab_size))
-        return logits
+        return jnp.swapaxes(logits, 1, 2) if slices_first else logits
 
     def attention_maps(self, inputs: jax.Array) -> list[jax.Array]:
         """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x′, t′]."""
@@ -81,8 +103,9 @@ class Rank4Model(nnx.Module):
 
 
 def from_run(run) -> Rank4Model:
-    """A trained rank-4 run (``rank4jax.load_run(workdir)``) as a :class:`Rank4Model`."""
+    """A trained rank-4 run (``rank4jax.load_run(workdir)``) as a :class:`Rank4Model` in eval mode (to
+    study it; ``.train()`` and a ``rngs=`` at the call to train it on)."""
     if not isinstance(run.model_cfg, Rank4Config):
         raise ConfigError(f"rank4jax.nn.from_run takes a rank-4 run; this run's family is {run.family.name}")
     params = jax.tree.map(jnp.asarray, run.params)
-    return Rank4Model.from_params(params, run.model_cfg)
+    return Rank4Model.from_params(params, run.model_cfg, deterministic=True)

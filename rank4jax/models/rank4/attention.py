@@ -15,14 +15,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import masked_softmax, uniform_fan_in
+from rank4jax.models.common import fan_in_uniform, masked_softmax
 
 
-def init_attention(key: jax.Array, n_heads: int, width: int, dtype=jnp.float32) -> dict:
-    """WQ, WK, WV each (H, D, D) for D = ``width`` = dx·dt, input fiber first, ~ U(±1/sqrt(D))."""
+def init_attention(key: jax.Array, n_heads: int, width: int, dtype=jnp.float32, kernel_init=fan_in_uniform) -> dict:
+    """WQ, WK, WV each (H, D, D) for D = ``width`` = dx·dt, input fiber first, drawn by ``kernel_init``
+    (SPEC §5's U(±1/sqrt(D)) by default)."""
     keys = jax.random.split(key, 3)
     shape = (n_heads, width, width)
-    return {name: uniform_fan_in(k, shape, width, dtype) for name, k in zip(("wq", "wk", "wv"), keys, strict=True)}
+    return {name: kernel_init(k, shape, dtype) for name, k in zip(("wq", "wk", "wv"), keys, strict=True)}
 
 
 def attention_weights(q: jax.Array, k: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
@@ -66,7 +67,14 @@ def attention_heads(
 def rank4_attention(params: dict, x: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None) -> jax.Array:
     """Rank-4 attention (SPEC §3) of a normalised stream x (B, *grid, dx, dt) — the stories' grid is
     (N, T); any other grid (frames × patches, …) works the same — with key_mask (B, *grid) bool (True:
-    a key) → Σ_h O_h (B, *grid, dx, dt). One joint softmax runs over the whole key grid.
+    a key) → Σ_h O_h (B, *grid, dx, dt).
+
+    What it is: full-width multi-head attention over the flattened key grid with D-vector tokens
+    (D = dx·dt): each head's WQ_h, WK_h, WV_h is a dense (D, D) map of the whole fiber, one softmax
+    runs over every cell of the grid whatever its place, and the heads are summed with no output map
+    (3·H·D² parameters, where standard attention of width D has 4·D²). On a (6, 8) grid of (4, 4)
+    fibers it is exactly the attention over 48 cells of (16, 1) fibers; the paper's rank-4 structure
+    is in the token code, the position codes and the readout around it.
 
     ``params``: {wq, wk, wv} (H, D, D) with D = dx·dt (``init_attention``); ``extra`` (B, P, K) over
     the grid flattened in C order, or None. The functional layer of :func:`attention_heads`."""

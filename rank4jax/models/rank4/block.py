@@ -23,21 +23,23 @@ import jax
 import jax.numpy as jnp
 
 from rank4jax.models import common, scores
-from rank4jax.models.common import apply_mlp, init_layer_norm, init_mlp, layer_norm
+from rank4jax.models.common import apply_mlp, fan_in_uniform, init_layer_norm, init_mlp, layer_norm
 from rank4jax.models.rank4.analytic import attention_block
 from rank4jax.models.rank4.attention import attention_heads, init_attention
 from rank4jax.models.rank4.layout import Rows
 
 
-def init_layer(key: jax.Array, dx: int, dt: int, n_heads: int, score=scores.STANDARD, dtype=jnp.float32) -> dict:
+def init_layer(
+    key: jax.Array, dx: int, dt: int, n_heads: int, score=scores.STANDARD, dtype=jnp.float32, kernel_init=fan_in_uniform
+) -> dict:
     """One layer's parameters (SPEC §5): LayerNorms at 1 and 0, the (H, D, D) attention maps and the
-    MLP U(±1/sqrt(fan_in)), the score variant's entry from a key of its own."""
+    MLP's weights by ``kernel_init`` (U(±1/sqrt(fan_in))), the score variant's entry from a key of its own."""
     k_attn, k_mlp = jax.random.split(key)
     layer = {
         "ln_attn": init_layer_norm((dx, dt), dtype),
-        "attn": init_attention(k_attn, n_heads, dx * dt, dtype),
+        "attn": init_attention(k_attn, n_heads, dx * dt, dtype, kernel_init),
         "ln_mlp": init_layer_norm((dx, dt), dtype),
-        "mlp": init_mlp(k_mlp, dx * dt, dtype),
+        "mlp": init_mlp(k_mlp, dx * dt, dtype, kernel_init),
     }
     return layer | scores.init_layer_params(score, key, dx * dt, dtype)
 

@@ -24,12 +24,18 @@ def init_embedding(key: jax.Array, cfg: Rank4Config, dtype=jnp.float32) -> dict:
     return cfg.tokens.init_embed(key, cfg.vocab_size, cfg.dx, cfg.dt, dtype)
 
 
-def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Fixed tables: P (N, dx) spatial and R[x+t] gathered to (N, T, dt) joint phase."""
-    spatial = sinusoid_table(cfg.n_tokens, cfg.dx)  # P (N, dx)
-    joint = sinusoid_table(cfg.n_tokens + cfg.n_slices, cfg.dt)  # R (N+T, dt)
-    phase = np.arange(cfg.n_tokens)[:, None] + np.arange(cfg.n_slices)[None, :]  # (N, T)
+def grid_position_tables(n_tokens: int, n_slices: int, dx: int, dt: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed tables of an (N, T) grid (SPEC §2 Stages B and D): P (N, dx) over the position x, added
+    to every q, and R[x + t] (N, T, dt) over the joint phase, added to every n."""
+    spatial = sinusoid_table(n_tokens, dx)  # P (N, dx)
+    joint = sinusoid_table(n_tokens + n_slices, dt)  # R (N+T, dt)
+    phase = np.arange(n_tokens)[:, None] + np.arange(n_slices)[None, :]  # (N, T)
     return spatial.astype(dtype), joint[phase].astype(dtype)
+
+
+def position_tables(cfg: Rank4Config, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`grid_position_tables` of the model's window: P (N, dx) and R[x+t] (N, T, dt)."""
+    return grid_position_tables(cfg.n_tokens, cfg.n_slices, cfg.dx, cfg.dt, dtype)
 
 
 def embed_rows(params: dict, rows, cfg: Rank4Config) -> jax.Array:

@@ -26,9 +26,19 @@ from rank4jax.tokens import PAD_ID
 
 
 def token_cross_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Per-token CE, correctness and non-PAD mask, each (B, N, T)."""
+    """Per-token CE, correctness and non-PAD mask, each (B, N, T), of logits (B, N, T, V) and targets
+    (B, T, N) = S(1..T), the order of the inputs (a ValueError names targets in another order)."""
     batch, n_tokens, n_slices, _ = logits.shape
-    chex.assert_shape(targets, (batch, n_slices, n_tokens))
+    if tuple(targets.shape) != (batch, n_slices, n_tokens):
+        order = (
+            ": in the logits' order (B, N, T); swap axes 1 and 2"
+            if targets.shape == (batch, n_tokens, n_slices)
+            else ""
+        )
+        raise ValueError(
+            f"targets must be (B, T, N) = {(batch, n_slices, n_tokens)}, S(1..T) as the inputs are given, for "
+            f"logits (B, N, T, V) = {tuple(logits.shape)}; got {tuple(targets.shape)}{order}"
+        )
     tgt = jnp.swapaxes(targets, 1, 2)  # (B, N, T) aligned with the logits
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, tgt)
     correct = jnp.argmax(logits, axis=-1) == tgt
