@@ -82,6 +82,33 @@ def test_linear_fit_and_crossing_by_hand():
     )
 
 
+def test_the_reported_trend_to_the_printed_digit():
+    """scipy's fit of docs/scaling.md's reported rungs equals the textbook least-squares formulas to 1e-12,
+    so the sentence prints the same digits (from the table's rounded LS(T): slope −0.1319 ± 0.0526; the
+    report's −0.1318 ± 0.0527 came from the unrounded values)."""
+    from scipy import stats
+
+    reported = {64: (456_072, 5.6052, 5.6946), 128: (914_784, 5.6850, 5.6986), 256: (2_520_336, 5.7391, 5.7264)}
+    rows = {}
+    for width, (params, rank4, baseline) in reported.items():
+        rows[f"d{width}/rank4"] = {"width": width, "family": "rank4", "params": params, "ls": rank4}
+        rows[f"d{width}/baseline"] = {"width": width, "family": "baseline", "params": 478_688, "ls": baseline}
+    fit = lad.delta_trend(rows)["baseline"]
+    x = [math.log10(p) for p, _, _ in reported.values()]
+    y = [b - r for _, r, b in reported.values()]
+    mx, my = sum(x) / 3, sum(y) / 3
+    sxx = sum((xi - mx) ** 2 for xi in x)
+    slope = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
+    residual = sum((yi - (my - slope * mx) - slope * xi) ** 2 for xi, yi in zip(x, y, strict=True))
+    se = math.sqrt(residual / 1 / sxx)
+    assert fit["b"] == pytest.approx(slope, rel=1e-12) and fit["se_b"] == pytest.approx(se, rel=1e-12)
+    assert fit["p_no_trend"] == pytest.approx(2 * stats.t.sf(abs(slope) / se, 1), rel=1e-12)
+    assert lad.trend_sentence("baseline", fit).startswith(
+        "Δ (baseline) against log10(rank-4 parameters): slope -0.1319 ± 0.0526 (95 % interval -0.8006 to +0.5369; "
+        "p = 0.24 for no trend) per decade; the fit changes sign within the ladder, at about 1,719,919"
+    )
+
+
 def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcomes(tmp_path):
     outcomes = {"rank4": [1, 0, 0, 1], "baseline": [1, 1, 0, 1], "baseline_lm": [1, 1, 1, 1]}
     rows = {

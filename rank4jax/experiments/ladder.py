@@ -468,23 +468,18 @@ def delta(row: dict, reference: dict) -> float | None:
 
 
 def linear_fit(x, y) -> dict:
-    """Least squares y ≈ a + b·x: a, b, their standard errors, the 95 % interval of b and the two-sided p of
-    b = 0 (Student's t with n − 2 degrees of freedom); the last four None with fewer than three points."""
+    """Least squares y ≈ a + b·x (``scipy.stats.linregress``): a, b, their standard errors, the 95 %
+    interval of b and the two-sided p of b = 0 (Student's t with n − 2 degrees of freedom); the last
+    four None with fewer than three points."""
     from scipy import stats
 
-    n = len(x)
-    mx, my = sum(x) / n, sum(y) / n
-    sxx = sum((xi - mx) ** 2 for xi in x)
-    b = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y, strict=True)) / sxx
-    a = my - b * mx
-    if n < 3:
+    fit = stats.linregress(x, y)
+    a, b = float(fit.intercept), float(fit.slope)
+    if len(x) < 3:
         return {"a": a, "b": b, "se_a": None, "se_b": None, "b_interval": None, "p_no_trend": None}
-    s2 = sum((yi - a - b * xi) ** 2 for xi, yi in zip(x, y, strict=True)) / (n - 2)
-    se_b = math.sqrt(s2 / sxx)
-    half = stats.t.ppf(0.975, n - 2) * se_b
-    p = 2 * stats.t.sf(abs(b) / se_b, n - 2) if se_b > 0 else 0.0
-    return {"a": a, "b": b, "se_a": math.sqrt(s2 * (1 / n + mx**2 / sxx)), "se_b": se_b,
-            "b_interval": [float(b - half), float(b + half)], "p_no_trend": float(p)}  # fmt: skip
+    half = float(stats.t.ppf(0.975, len(x) - 2)) * float(fit.stderr)
+    return {"a": a, "b": b, "se_a": float(fit.intercept_stderr), "se_b": float(fit.stderr),
+            "b_interval": [b - half, b + half], "p_no_trend": float(fit.pvalue)}  # fmt: skip
 
 
 def delta_trend(rows: dict) -> dict:
