@@ -304,3 +304,29 @@ def test_xla_counts_a_sharded_programs_flops_per_device():
     step = CompiledStep(jax.jit(lambda a, b: a @ b), max_shapes=1)
     step(x, w)
     assert step.flops_done == 64**3
+
+
+def test_gradient_accumulation_counts_every_microbatch():
+    """XLA's cost analysis counts a ``lax.scan``'s body once; the train step with grad_accum_steps = 2
+    adds the microbatch gradient's count once more, so k = 1 and k = 2 count the same FLOPs per window
+    (to the gradients' accumulation and scaling, a few per parameter)."""
+    import ml_collections
+
+    from rank4jax.engine.programs import StepPolicy, build_programs, optim_key
+    from rank4jax.engine.sharding import make_mesh
+    from rank4jax.models.family import get_family
+    from rank4jax.training.layout_choice import train_step
+
+    config = tiny_config()
+    family = get_family(config.model_family)
+    model_cfg = family.make_config(config.model, 40)
+    windows = np.random.default_rng(0).integers(1, 40, (8, config.model.n_slices + 1, config.model.n_tokens))
+    per_step = {}
+    for k in (1, 2):
+        programs = build_programs(family, model_cfg, optim_key(config.optim), make_mesh(1, 1), StepPolicy("float32", k))
+        step = train_step(programs, ml_collections.ConfigDict({"name": "full", "max_shapes": 1}))
+        state = programs.init(jax.random.key(0))
+        step(state, jnp.asarray(windows, jnp.int32))
+        per_step[k] = step.flops_done
+    n_params = family.count_params(model_cfg)
+    assert per_step[1] > 100 * n_params and abs(per_step[2] - per_step[1]) < 8 * n_params, per_step

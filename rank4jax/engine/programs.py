@@ -105,15 +105,30 @@ def gradients(params, batch, keys, family: ModelFamily, model_cfg, policy: StepP
     def add(total, micro):
         return jax.tree.map(jnp.add, total, terms(params, micro)), None
 
-    lead = jax.tree.leaves(batch)[0].shape[0]  # B windows, or G groups of W windows (a compact batch)
-    micro_batches, micro_keys = microbatches((batch, keys.reshape(lead, -1)), k, groups)
-    micro = (micro_batches, micro_keys.reshape(k, -1))
+    micro = _split(batch, keys, k, groups)
     shapes = jax.eval_shape(terms, params, jax.tree.map(lambda x: x[0], micro))
     zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
     (value, sums, grads), _ = jax.lax.scan(add, zeros, micro)
     tokens = jnp.maximum(sums["window_tokens"], 1)
     loss = value / tokens
     return loss, sums | {"objective": loss}, jax.tree.map(lambda g: g / tokens, grads)
+
+
+def _split(batch, keys, k: int, groups: int):
+    """(microbatches, their keys), each stacked on a leading axis of ``k``."""
+    lead = jax.tree.leaves(batch)[0].shape[0]  # B windows, or G groups of W windows (a compact batch)
+    micro_batches, micro_keys = microbatches((batch, keys.reshape(lead, -1)), k, groups)
+    return micro_batches, micro_keys.reshape(k, -1)
+
+
+def microbatch_step(state: TrainState, batch, *, family: ModelFamily, model_cfg, policy: StepPolicy, groups: int):
+    """The gradient of the first of a train batch's ``grad_accum_steps`` microbatches, the body the
+    accumulation's ``lax.scan`` runs k times: compiled only for its FLOP count (XLA's cost analysis
+    counts a scan's body once, ``CompiledStep``)."""
+    keys = window_keys(state.dropout_key(), n_windows(batch))
+    micro_batches, micro_keys = _split(batch, keys, policy.grad_accum_steps, groups)
+    first = jax.tree.map(lambda x: x[0], (micro_batches, micro_keys))
+    return gradients(state.params, *first, family, model_cfg, dataclasses.replace(policy, grad_accum_steps=1), groups)
 
 
 def eval_step(params, batch, *, family: ModelFamily, model_cfg) -> dict:
@@ -149,6 +164,7 @@ class Programs:
     batch_sharding: jax.sharding.NamedSharding
     init: object  # key → TrainState, created directly sharded
     train_step: object  # (state, batch) → (state, metrics)
+    microbatch_step: object | None  # (state, batch) → one microbatch's gradient (None: no accumulation)
     eval_step: object  # (params, batch) → loss sums
     predict_and_score: object  # (params, windows) → (Ŝ(T) (B, N), mean CE of S(T) (B,))
     score: object  # (params, windows) → mean CE of S(T) (B,)
@@ -170,6 +186,7 @@ def build_programs(
     replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
     on_batches = dict(in_shardings=(state_sharding.params, batch_sharding), out_shardings=replicated)
     dtype = policy.compute_dtype
+    on_model = dict(family=family, model_cfg=model_cfg, policy=policy, groups=mesh.shape[sharding.DATA_AXIS])
     return Programs(
         mesh=mesh,
         optimizer=optimizer,
@@ -190,6 +207,11 @@ def build_programs(
             in_shardings=(state_sharding, batch_sharding),
             out_shardings=(state_sharding, replicated),
             donate_argnums=0,
+        ),
+        microbatch_step=(
+            jax.jit(functools.partial(microbatch_step, **on_model), in_shardings=(state_sharding, batch_sharding))
+            if policy.grad_accum_steps > 1
+            else None
         ),
         eval_step=jax.jit(
             _cast_first(functools.partial(eval_step, family=family, model_cfg=model_cfg), dtype), **on_batches
@@ -221,13 +243,19 @@ def _signature(tree) -> tuple:
 class CompiledStep:
     """A jitted step, compiled ahead of time once per batch shape (at most ``max_shapes``).
 
+    ``flops_done`` counts the FLOPs of every step run, by XLA's cost analysis of each executable: the
+    forward, the backward and the optimiser's update (AdamW's elementwise arithmetic, once a step).
+    XLA counts a ``lax.scan``'s body once, so with gradient accumulation (``repeated`` = (k, the
+    body's program): one microbatch's gradient) the body's count is added k − 1 more times.
+
     ``step(*args)`` runs the executable compiled for the shapes of ``args``; ``compile(*args)``
     compiles (or finds) it without running. ``memory`` maps each compiled shape to its memory
     analysis; ``peak_memory`` is the largest argument + output + temp − alias figure among them.
     """
 
-    def __init__(self, jitted, max_shapes: int, name: str = "train step"):
+    def __init__(self, jitted, max_shapes: int, name: str = "train step", repeated=None):
         self.jitted, self.max_shapes, self.name = jitted, max_shapes, name
+        self.repeated = repeated  # (k, a program of the body a scan runs k times), or None
         self._executables: dict[tuple, object] = {}
         self.memory: dict[tuple, dict | None] = {}
         self._flops: dict[tuple, float] = {}  # XLA's cost analysis of each executable (NaN: none)
@@ -248,6 +276,9 @@ class CompiledStep:
             self._executables[key] = executable
             self.memory[key] = memory_analysis(executable)
             self._flops[key] = _xla_flops(executable)
+            if self.repeated is not None:  # XLA counts a scan's body once: the other k − 1 passes added
+                k, body = self.repeated
+                self._flops[key] += (k - 1) * _xla_flops(body.lower(*args).compile())
         return executable
 
     def __call__(self, *args):

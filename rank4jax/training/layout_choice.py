@@ -42,7 +42,10 @@ def choose_layout(config, family, model_cfg, programs, train_windows: np.ndarray
 
 def train_step(programs, layout) -> CompiledStep:
     """The run's train step for ``layout``: compiled once per batch shape, at most as many as it makes."""
-    return CompiledStep(programs.train_step, max_shapes=layout.max_shapes, name=f"train step ({layout.name} batches)")
+    body, k = programs.microbatch_step, programs.policy.grad_accum_steps
+    repeated = None if body is None else (k, body)  # XLA counts the accumulation's scan body once
+    name = f"train step ({layout.name} batches)"
+    return CompiledStep(programs.train_step, max_shapes=layout.max_shapes, name=name, repeated=repeated)
 
 
 def time_layouts(layouts: dict, steps: dict, programs, windows: np.ndarray, batch_size: int, seed: int) -> dict:

@@ -1,7 +1,8 @@
 """FLOP/s and model FLOP utilisation for the training log, two ways (README "Training log"):
 
 - ``mfu``: the FLOPs the compiled train steps really ran (XLA's cost analysis of each executable,
-  ``engine.programs.CompiledStep``: a compact or trimmed batch skips the PAD positions) per device
+  ``engine.programs.CompiledStep``: forward, backward and the optimiser's update; every microbatch of
+  a gradient accumulation; a compact or trimmed batch skips the PAD positions) per device
   and second, over the device's dense peak **in the run's compute dtype** (``compute_dtype``: bf16
   against the bf16 peak, float32 against the float32 peak), where that peak is known;
 - ``analytic_mfu``: the model's analytic FLOPs over full-width windows (``rank4jax.models.flops``,
