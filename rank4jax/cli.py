@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import sys
 import traceback
@@ -28,8 +27,10 @@ def run_reporting_user_errors(fn, *args, **kwargs):
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag or an unknown
-    ``--config.<key>`` override becomes one line on stderr and exit status 2. Every command line
-    passes here first, so this is also where the libraries' log filters are installed (``rank4jax.noise``)."""
+    ``--config.<key>`` override becomes one line on stderr and exit status 2. A config file is the
+    user's own Python: an exception it raises shows its traceback (as ml_collections formats it into
+    the flag error, or as Python prints it). Every command line passes here first, so this is also
+    where the libraries' log filter is installed (``rank4jax.noise``)."""
     from absl import flags
 
     from rank4jax import noise
@@ -39,9 +40,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        summary = _traceback_in_message(str(e), argv)  # a config file that raised: its line, not usage
-        say(f"error: {summary}" if summary else f"error: {e}\nPass --help for usage.")
-    except Exception as e:  # noqa: BLE001 -- a config file that raises, or an unknown override key
+        traced = "Traceback (most recent call last)" in str(e)  # a config file raised: its traceback as is
+        say(f"error: {e}" if traced else f"error: {e}\nPass --help for usage.")
+    except Exception as e:  # noqa: BLE001 -- an unknown override key: one line; a config file's own error: raised
         _flag_exception(e, argv)
     sys.exit(2)
 
@@ -56,45 +57,32 @@ def _config_files(argv: list[str]) -> list[str]:
     return files
 
 
-def config_file_problem(error: BaseException, argv: list[str]) -> str | None:
-    """One line for an exception raised while loading a config file (a syntax error, an exception in
-    ``get_config``, no ``get_config`` at all), naming the file and line; None if it is not one."""
-    frames = traceback.extract_tb(error.__traceback__)
+def _raised_in_config_file(error: BaseException, argv: list[str]) -> bool:
+    """Whether the exception comes from a config file's own code (a frame in it, or its syntax)."""
+    files = {os.path.abspath(path) for path in _config_files(argv)}
+    if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) in files:
+        return True
+    return any(os.path.abspath(frame.filename) in files for frame in traceback.extract_tb(error.__traceback__))
+
+
+def _missing_get_config(error: BaseException, argv: list[str]) -> str | None:
+    """The config file named on the command line that defines no ``get_config``, behind ``error``."""
+    if "has no attribute 'get_config'" not in str(error):
+        return None
     for path in _config_files(argv):
-        where = os.path.abspath(path)
-        if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == where:
-            return f"config file {path}, line {error.lineno}: {type(error).__name__}: {error.msg}"
-        inside = [f for f in frames if os.path.abspath(f.filename) == where]
-        if inside:
-            return f"config file {path}, line {inside[-1].lineno}: {type(error).__name__}: {error}"
-        if "has no attribute 'get_config'" in str(error) and os.path.isfile(path):
+        if os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as f:
                 if "def get_config" not in f.read():
-                    return f"config file {path} defines no get_config() (it must return an ml_collections.ConfigDict)"
+                    return path
     return None
 
 
-def _traceback_in_message(message: str, argv: list[str]) -> str | None:
-    """One line for a flag error whose text carries a whole traceback (ml_collections formats the
-    exception a config file raised, a wrong-type assignment say, into its message): the config file's
-    line and the exception's last line; None when the message holds no traceback."""
-    if "Traceback (most recent call last)" not in message:
-        return None
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    last = lines[-1]
-    for path in _config_files(argv):
-        where = os.path.abspath(path)
-        frames = (re.match(r'File "(?P<file>[^"]+)", line (?P<line>\d+)', line) for line in lines)
-        found = [m["line"] for m in frames if m and os.path.abspath(m["file"]) == where]
-        if found:
-            return f"config file {path}, line {found[-1]}: {last}"
-    return last
-
-
 def _flag_exception(error: BaseException, argv: list[str]) -> None:
-    problem = config_file_problem(error, argv)
-    if problem:
-        say(f"error: {problem}")
+    if _raised_in_config_file(error, argv):
+        raise error  # the user's own code: its traceback
+    missing = _missing_get_config(error, argv)
+    if missing:
+        say(f"error: config file {missing} defines no get_config() (it must return an ml_collections.ConfigDict)")
     elif isinstance(error, (AttributeError, KeyError)):
         _unknown_config_key(error, argv)
     else:

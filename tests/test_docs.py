@@ -21,12 +21,13 @@ def _text(page: pathlib.Path) -> str:
 def test_the_python_blocks_run(tiny_run, tmp_path, capsys):
     """Each as written; "runs/default" is the shared tiny run, "runs/from_python" a new workdir."""
     blocks = [(page.name, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", _text(page), re.S)]
-    assert [name for name, _ in blocks] == ["README.md"] * 3 + ["evaluation.md", "operations.md"]
+    assert [name for name, _ in blocks] == ["README.md"] * 3 + ["evaluation.md"] + ["operations.md"] * 2
     for name, block in blocks:
         block = block.replace('"runs/default"', repr(str(tiny_run)))
         exec(compile(block.replace('"runs/from_python"', repr(str(tmp_path))), name, "exec"), {})
     printed = capsys.readouterr().out
     assert "172512128" in printed and "[UNK:" in printed and "20 True" in printed
+    assert "['embed', 'final_ln', 'layers', 'readout'] ['opt_state', 'rng', 'step'] {'next_index': " in printed
 
 
 def commands() -> list[tuple[str, list[str]]]:

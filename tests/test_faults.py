@@ -120,17 +120,21 @@ def test_unwritable_workdir_is_one_error_before_any_work(tmp_path):
     assert out.stderr.strip().splitlines()[-1] == f"error: cannot create the workdir {blocker}/run: Not a directory"
 
 
-DAMAGE = {
-    "truncated_arrays": lambda s: [_truncate(f) for f in glob.glob(f"{s}/state/ocdbt.process_0/d/*")],
-    "missing_arrays": lambda s: [os.remove(f) for f in glob.glob(f"{s}/state/ocdbt.process_0/d/*")],
+DAMAGE = {  # what each does to a checkpoint's files (orbax's layout: the tests may know it, rank4jax does not)
+    "truncated_arrays": lambda s: [_truncate(f) for f in glob.glob(f"{s}/*/ocdbt.process_0/d/*")],
+    "missing_arrays": lambda s: [os.remove(f) for f in glob.glob(f"{s}/*/ocdbt.process_0/d/*")],
     "empty_config": lambda s: open(f"{s}/config/metadata", "w").close(),
-    "empty_manifest": lambda s: [
-        open(f, "w").close() for f in glob.glob(f"{s}/state/**/manifest.ocdbt", recursive=True)
-    ],
-    "empty_array_metadata": lambda s: open(f"{s}/state/_METADATA", "w").close(),
+    "empty_manifest": lambda s: [open(f, "w").close() for f in glob.glob(f"{s}/**/manifest.ocdbt", recursive=True)],
+    "empty_array_metadata": lambda s: [open(f"{s}/{item}/_METADATA", "w").close() for item in ("params", "opt_state")],
     "missing_tokenizer": lambda s: shutil.rmtree(f"{s}/tokenizer"),
     "empty_step_dir": lambda s: (shutil.rmtree(s), os.makedirs(s)),
 }
+
+
+# A restore that fails on a damaged checkpoint abandons TensorStore's other reads; their callbacks may
+# find orbax's event loop closed and print "Exception ignored" (a library's lines in a rare fault, which
+# the product lets through with its own line about the checkpoint after them). Not this suite's output.
+LIBRARY_LINES_OF_A_DAMAGED_READ = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
 def _truncate(path):  # to 16 bytes: every array's data is cut (half a file may still hold the parameters)
@@ -149,52 +153,7 @@ def restore_state_numpy(workdir, step):
         return ckpt.restore_state(step, run.abstract_state)
 
 
-def test_the_first_read_is_the_smallest_array_reached_by_dict_keys():
-    tree = {"a": np.zeros((3, 4)), "b": {"c": np.zeros(2), "d": np.zeros(5)}, "layers": [{"w": np.zeros(())}]}
-    one = storage.smallest_array(tree)  # layers[0].w is smaller but sits in a list
-    assert jax.tree_util.tree_map(np.shape, one) == {"b": {"c": (2,)}}
-    assert storage.smallest_array([np.zeros(1)]) is None
-
-
-@pytest.mark.parametrize(
-    ("kind", "orbax_reads"),
-    [("empty_manifest", []), ("missing_arrays", []), ("truncated_arrays", []), ("empty_array_metadata", [1])],
-)
-def test_a_damaged_checkpoint_fails_before_orbax_reads_arrays_together(kind, orbax_reads, tiny_run_copy, monkeypatch):
-    """Damaged data files or manifest fail in TensorStore's own reads, before orbax reads anything;
-    damaged tree metadata on orbax's read of one array. Never while orbax reads many arrays at once:
-    it would close its event loop under the reads still in flight, and TensorStore print a
-    traceback for each."""
-    DAMAGE[kind](str(tiny_run_copy / "checkpoints" / "6"))
-    reads, read = [], storage.RunCheckpoints._read_params
-    monkeypatch.setattr(
-        storage.RunCheckpoints, "_read_params", lambda self, step, tree: reads.append(tree) or read(self, step, tree)
-    )
-    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        params = describe_run(ckpt, 4).abstract_state.params
-        abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device), params)
-        with pytest.raises(CheckpointDamaged, match="checkpoint 6"):
-            ckpt.restore_params(6, abstract)
-    assert [len(jax.tree.leaves(tree)) for tree in reads] == orbax_reads
-
-
-def test_the_readability_check_reads_the_arrays_it_is_asked_for(tiny_run, tmp_path):
-    """Every array of the item whose name starts with the prefix, through TensorStore; the first that
-    cannot be read is named."""
-    state = os.path.join(tiny_run, "checkpoints", "6", "state")
-    damage.check_readable("w", 6, state)  # intact: nothing raised
-    shutil.copytree(state, tmp_path / "state")
-    DAMAGE["missing_arrays"](str(tmp_path))  # the data files the arrays' values are in
-    damaged = str(tmp_path / "state")
-    for prefix, first in (("", "opt_state.0.mu.embed.sem"), ("params.", "params.embed.sem")):
-        with pytest.raises(CheckpointDamaged) as caught:
-            damage.check_readable("w", 6, damaged, prefix)
-        assert caught.value.reason.startswith(f'ValueError: FAILED_PRECONDITION: Error reading "{first}/0.')
-    damage.check_readable("w", 6, damaged, prefix="no_such_array.")  # nothing read: nothing raised
-    damage.check_readable("w", 6, str(tmp_path / "nothing"))  # no OCDBT database: left to orbax
-
-
+@LIBRARY_LINES_OF_A_DAMAGED_READ
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_copy, capsys):
     """Seven kinds of damage to the newest checkpoint (6): evaluation of 'latest' and 'best' warns,
@@ -219,20 +178,22 @@ def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_
         evaluate_run(str(tiny_run_copy), split="validation", step=6, num_examples=0, rollout_steps=0)
 
 
-def test_unreadable_metrics_only_take_a_checkpoint_out_of_the_best_step(tiny_run_copy, capsys):
-    """Checkpoint 6 (the best) with its metrics file cut short: orbax's manager would raise from its
-    constructor; instead 6 is no candidate for best (one warning), 4 is best, and 6 still restores."""
-    metrics = tiny_run_copy / "checkpoints" / "6" / "metrics" / "metrics"
-    metrics.write_text(metrics.read_text()[:10])
+def test_the_best_checkpoint_is_the_logged_validations_lowest_on_disk(tiny_run_copy, capsys):
+    """The best step comes from the validations metrics.jsonl logs, among the checkpoints on disk:
+    6 with its validation record gone is no candidate for best (4 is), and still restores."""
+    path = tiny_run_copy / "metrics.jsonl"
+    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
+        assert (ckpt.best_step(), ckpt.latest_step()) == (6, 6)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(x for x in lines if not ('"validation"' in x and '"step": 6,' in x)) + "\n")
     with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
         assert (ckpt.best_step(), ckpt.latest_step(), ckpt.best_metric()[0]) == (4, 6, 4)
     report = evaluate_run(str(tiny_run_copy), split="validation", step="latest", num_examples=0, rollout_steps=0)
     assert report["step"] == 6
-    err = [line for line in capsys.readouterr().err.splitlines() if "are cut" not in line]
-    assert err == [
-        "rank4jax: warning: checkpoint 6's validation loss is unreadable (JSONDecodeError: Unterminated string "
-        "starting at: line 1 column 2 (char 1)); not a candidate for best"
-    ]
+    path.unlink()  # no log at all: 'best' is the latest, said once
+    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
+        assert ckpt.resolve_step("best") == 6
+    assert "no checkpoint in" in capsys.readouterr().err
 
 
 def test_a_tensorstore_read_error_is_named_by_its_cause():
@@ -248,6 +209,7 @@ def test_a_tensorstore_read_error_is_named_by_its_cause():
         assert damage.reason(wrapped) == 'ValueError: OUT_OF_RANGE: Error reading "params.embed.sem/0"'
 
 
+@LIBRARY_LINES_OF_A_DAMAGED_READ
 @pytest.mark.parametrize("kind", ["missing_arrays", "empty_config"])
 def test_resume_falls_back_moves_the_damaged_checkpoint_aside_and_continues_exactly(
     kind, tiny_run, tiny_run_copy, capsys
@@ -265,6 +227,7 @@ def test_resume_falls_back_moves_the_damaged_checkpoint_aside_and_continues_exac
         np.testing.assert_array_equal(a, b)  # the same step 6 as the uninterrupted run
 
 
+@LIBRARY_LINES_OF_A_DAMAGED_READ
 def test_no_readable_checkpoint_is_one_error_and_nothing_moves(tiny_run_copy):
     for step in (4, 6):
         DAMAGE["missing_arrays"](str(tiny_run_copy / "checkpoints" / str(step)))
@@ -745,19 +708,21 @@ def test_opening_the_checkpoints_removes_partial_directories_before_it_returns(t
     ckpt.close()
 
 
-def test_a_finished_run_whose_last_checkpoint_has_no_loss_validates_it_on_rerun(tiny_run, tiny_run_copy, capsys):
-    """Checkpoint 6 saved without its loss (as an older version did at a signal during the last
-    validation): the rerun trains nothing, validates 6, adds its loss, and 6 is best again."""
-    with storage.RunCheckpoints(str(tiny_run), read_only=True) as ckpt:
-        loss = ckpt.metric(6)
-        assert ckpt.best_step() == 6
-    shutil.rmtree(tiny_run_copy / "checkpoints" / "6" / "metrics")
+def test_a_finished_run_whose_last_step_has_no_logged_loss_validates_it_on_rerun(tiny_run, tiny_run_copy, capsys):
+    """Step 6 saved without a logged validation (as an older version did at a signal during the last
+    validation): the rerun trains nothing, validates 6, logs its loss, and 6 is best again."""
+    from rank4jax.records import read_metrics
+
+    loss = next(r["window_ce"] for r in read_metrics(str(tiny_run))["validation"] if r["step"] == 6)
+    path = tiny_run_copy / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(x for x in lines if not ('"validation"' in x and '"step": 6,' in x)) + "\n")
     with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
-        assert (ckpt.metric(6), ckpt.best_step()) == (None, 4)
+        assert ckpt.best_step() == 4
     assert train(tiny_config(), str(tiny_run_copy))["step"] == 6
-    assert f"step 6: its checkpoint carried no validation loss: {loss:.4f} added" in capsys.readouterr().out
+    assert f"step 6: its checkpoint had no logged validation loss: {loss:.4f} added" in capsys.readouterr().out
     with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
-        assert (ckpt.metric(6), ckpt.best_step()) == (loss, 6)
+        assert ckpt.best_metric() == (6, loss)
 
 
 def test_a_checkpoint_directory_made_unwritable_mid_run_is_one_error_at_the_next_save(tmp_path):
@@ -919,7 +884,7 @@ def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(t
     with storage.RunCheckpoints(workdir, read_only=True) as ckpt:
         assert ckpt.resolve_step("best") == 1
     assert capsys.readouterr().err == (
-        f"rank4jax: warning: no checkpoint in {workdir} carries a validation loss; 'best' is the latest, step 1\n"
+        f"rank4jax: warning: no checkpoint in {workdir} has a logged validation loss; 'best' is the latest, step 1\n"
     )
     cloze = tmp_path / "cloze.csv"
     cloze.write_text(
@@ -935,41 +900,25 @@ def test_best_without_a_validated_checkpoint_and_k_beyond_the_stories_are_said(t
     assert f"{expected}; K = 2 is used\n" in capsys.readouterr().err
 
 
-def test_the_private_orbax_hook_rank4jax_uses_is_still_there():
-    """The one place where rank4jax goes through orbax's private API, for want of a public one in
-    orbax-checkpoint 0.12: ``storage._Manager._get_metrics`` (a damaged metrics file read as absent
-    instead of raising from the manager's constructor). An orbax upgrade that renames or reshapes it
-    fails here rather than silently changing what a damaged workdir does (what the override does is
-    test_unreadable_metrics_only_take_a_checkpoint_out_of_the_best_step's)."""
-    import inspect
-
-    import orbax.checkpoint as ocp
-
-    assert list(inspect.signature(ocp.CheckpointManager._get_metrics).parameters) == ["self", "step"]
-
-
-def test_checkpoints_name_the_standard_handler_and_restore_parameters_alone(tiny_run):
-    """The train state's item is written by the standard handler and says so in the step's metadata
-    (as every checkpoint before the handler registry did); the registry's second, PyTree handler
-    restores the parameters alone through the same manager, equal to the whole state's."""
-    import json
-
+def test_checkpoints_are_five_public_items_and_restore_parameters_alone(tiny_run):
+    """A checkpoint holds params and opt_state (StandardSave), data_iter, config and tokenizer (JSON),
+    as its metadata names them; the parameters restore alone, equal to the whole state's."""
     from rank4jax.checkpoint.storage import RunCheckpoints
 
     with RunCheckpoints(str(tiny_run), read_only=True) as checkpoints:
         step = checkpoints.latest_step()
         with open(os.path.join(checkpoints.step_dir(step), "_CHECKPOINT_METADATA"), encoding="utf-8") as f:
             handlers = json.load(f)["item_handlers"]
-        assert (
-            handlers["state"] == "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
-        )
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-        saved = checkpoints.manager.item_metadata(step)["state"].tree
-        abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), saved)
-        whole = checkpoints.restore_state(step, abstract)
-        params = checkpoints.restore_params(step, abstract["params"])
-    assert jax.tree.structure(params) == jax.tree.structure(whole["params"])
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(whole["params"]), strict=True):
+        assert {item: handler.rsplit(".", 1)[-1] for item, handler in handlers.items()} == {
+            "params": "StandardCheckpointHandler", "opt_state": "StandardCheckpointHandler",
+            "data_iter": "JsonCheckpointHandler", "config": "JsonCheckpointHandler",
+            "tokenizer": "JsonCheckpointHandler",
+        }  # fmt: skip
+        run = describe_run(checkpoints, step)
+        whole = checkpoints.restore_state(step, run.abstract_state)
+        params = checkpoints.restore_params(step, run.abstract_state.params)
+    assert int(whole.step) == step and jax.tree.structure(params) == jax.tree.structure(whole.params)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(whole.params), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -1046,60 +995,18 @@ def test_json_files_of_the_wrong_shape_are_read_as_absent(tmp_path, capsys):
     assert lad.train_run("d8/rank4", tiny_config(), str(run)) is None  # recorded as diverged, no error text
 
 
-def test_orbax_reads_abandoned_by_a_failed_restore_are_closed_where_it_is_handled():
-    """orbax leaves the other arrays' reads suspended when one fails, and turns the GeneratorExit of
-    their close() into an Exception: collected later, each printed "Exception ignored" with a traceback
-    (dozens for one damaged checkpoint). ``close_abandoned_coroutines`` closes them in the except block of
-    the failed restore, catching that exception; it fails here if orbax renames its read coroutine."""
-    from orbax.checkpoint._src.serialization import serialization
-
-    assert hasattr(serialization, storage.ORBAX_READ)
-
-    class Suspend:
-        def __await__(self):
-            yield
-
-    async def _read_array_index_and_device_put():  # orbax's read, as it behaves on close()
-        try:
-            await Suspend()
-        except GeneratorExit:
-            raise Exception("Encountered error while reading array index") from None  # noqa: TRY002
-
-    async def write_fragment():  # a failed save's write: closed only after a failed save
-        await Suspend()
-
-    in_orbax = "/site-packages/orbax/checkpoint/_src/serialization/serialization.py"  # where orbax's read lives
-    for fn in (_read_array_index_and_device_put, write_fragment):
-        fn.__code__ = fn.__code__.replace(co_filename=in_orbax)
-    read, write, unstarted = _read_array_index_and_device_put(), write_fragment(), write_fragment()
-    read.send(None)  # suspended at its await, as an abandoned read is
-    write.send(None)
-    assert storage.close_abandoned_coroutines() == 2  # the suspended read and the one that never started
-    assert read.cr_frame is None and unstarted.cr_frame is None and write.cr_frame is not None
-    assert storage.close_abandoned_coroutines(writes=True) == 1 and write.cr_frame is None
-
-
-def test_the_log_filter_drops_what_rank4jax_reports_itself_and_passes_the_rest():
-    import errno
+def test_the_log_filter_drops_only_the_records_it_names():
     import logging
 
     from rank4jax.noise import LibraryLogFilter
 
-    def record(message, error=None, level=logging.ERROR):
-        info = (type(error), error, error.__traceback__) if error is not None else None
-        return logging.LogRecord("asyncio", level, "/x/asyncio/base_events.py", 1, message, (), info)
+    def record(message):
+        return logging.LogRecord("absl", logging.WARNING, "/x/orbax/checkpoint_manager.py", 1, message, (), None)
 
-    full = RuntimeError("save failed")
-    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
-    read = ValueError('OUT_OF_RANGE: Error reading "params.w/0" in OCDBT database at local file "/r/"')
     keep = LibraryLogFilter().filter
-    assert not keep(record("Task exception was never retrieved", full))  # a full disk: storage_error says it
-    assert not keep(record("Future exception was never retrieved", read))  # a damaged checkpoint's other reads
-    tensorstore = ValueError("RESOURCE_EXHAUSTED: Failed writing: \"/r/d/5\": No space [os_error_code='28']")
-    assert not keep(record("Task exception was never retrieved", tensorstore))  # its errno, ENOSPC
-    assert keep(record("Task exception was never retrieved", ValueError("something else")))
-    assert keep(record("Task exception was never retrieved", OSError(errno.EIO, "Input/output error")))
-    assert not keep(record("orbax: ... did not provide metrics ...", level=logging.WARNING))
+    assert not keep(record("Reached preemption sync point at step 8"))  # the run says where it saved
+    assert keep(record("Task exception was never retrieved"))  # everything else passes as it is
+    assert keep(record("did not provide metrics"))
 
 
 def test_loading_a_run_logs_no_warning(tiny_run, caplog):
@@ -1114,7 +1021,7 @@ def test_loading_a_run_logs_no_warning(tiny_run, caplog):
         load_run(str(tiny_run))
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     with RunCheckpoints(str(tiny_run), read_only=True) as reader, pytest.raises(CheckpointError, match="to read"):
-        reader.save(99, None, None, {}, None, None)
+        reader.save(99, None, None, {}, None)
 
 
 def test_a_signal_lost_in_a_finalizer_while_starting_still_stops_the_run():

@@ -123,7 +123,8 @@ def test_a_bf16_run_lands_near_the_f32_run_and_resumes_as_f32(tmp_path):
     a, b = f32["final_validation"]["window_ce"], bf16["final_validation"]["window_ce"]
     assert b != a and abs(b - a) < 0.005, (a, b)
     with RunCheckpoints(str(tmp_path / "bf16"), read_only=True) as ckpt:
-        stored = ckpt.manager.item_metadata(200)["state"]
+        metadata = ckpt.manager.item_metadata(200)
+        stored = [metadata["params"], metadata["opt_state"]]
     floating = {leaf.dtype for leaf in jax.tree.leaves(stored) if np.issubdtype(leaf.dtype, np.floating)}
     assert floating == {np.dtype("float32")}  # parameters and Adam's moments; the step and key are integers
     resumed = train(tiny_config(**(flags | {"num_steps": 202})), str(tmp_path / "bf16"))

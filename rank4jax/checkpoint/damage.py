@@ -1,23 +1,45 @@
-"""Damaged checkpoints: what counts as damage and how a run falls back from it.
+"""Damaged checkpoints and storage faults: what counts as each and how a run falls back or reports.
 
-A checkpoint that cannot be read (truncated or missing array files, an emptied config, manifest or
-metadata, a missing item, an empty step directory, non-finite values) raises
-:class:`CheckpointDamaged`, never a config mismatch. ``first_readable`` walks the steps newest first
-and takes the first readable one, with a warning naming each damaged one; training moves a damaged
-checkpoint aside into ``<workdir>/damaged_checkpoints/`` (kept, never deleted, out of the way of the
-steps it will save again); evaluation leaves it in place. A step that disappears while it is read
-(a training run's keep policy deleted it) is skipped the same way.
+A checkpoint that cannot be read (truncated or missing files, an emptied config or metadata, a missing
+item, an empty step directory, non-finite values) raises :class:`CheckpointDamaged`, never a config
+mismatch. ``first_readable`` walks the steps newest first and takes the first readable one, with a
+warning naming each damaged one; training moves a damaged checkpoint aside into
+``<workdir>/damaged_checkpoints/`` (kept, never deleted); evaluation leaves it in place. A step that
+disappears while it is read (a training run's keep policy deleted it) is skipped the same way. A
+failed save whose cause is the disk (``storage_fault``) is one line (``storage.storage_error``); orbax
+or TensorStore may have logged the same fault before it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 
 import jax
 import jax.numpy as jnp
-import tensorstore as ts
 
 from rank4jax.errors import CheckpointError, say
+
+# the storage faults a failed save is reported as, by errno: no space, quota, read-only, permission
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+TENSORSTORE_ERRNO = re.compile(r"\[os_error_code='(\d+)'\]")  # how TensorStore's errors carry the errno
+
+
+def storage_fault(error: BaseException | None) -> OSError | None:
+    """The storage fault behind a library exception: the first OSError of its cause/context chain
+    whose errno is one of ``STORAGE_ERRNOS``, or the errno a TensorStore error of the chain carries
+    (its ``[os_error_code='28']``); None for any other."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            return error
+        code = TENSORSTORE_ERRNO.search(str(error))
+        if code and int(code.group(1)) in STORAGE_ERRNOS:
+            return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 class CheckpointDamaged(CheckpointError):
@@ -49,34 +71,6 @@ def check_finite(workdir: str, step: int, tree) -> None:
     floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     if floats and not bool(_all_finite(floats)):
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
-
-
-# how an array's metadata key ends in orbax's OCDBT database, by TensorStore driver (zarr v2 and v3)
-_ZARR_METADATA = {"zarr": b"/.zarray", "zarr3": b"/zarr.json"}
-
-
-def check_readable(workdir: str, step: int, item_dir: str, prefix: str = "") -> None:
-    """Read every array of a checkpoint item (orbax's OCDBT database in ``item_dir``) whose name
-    starts with ``prefix`` through TensorStore's own futures, one array at a time: a missing or
-    truncated data file or an emptied manifest raises CheckpointDamaged naming the array. orbax's
-    restore reads the arrays at once from coroutines on an event loop it closes when one read
-    fails, and each read still in flight then prints "Event loop is closed" with a traceback;
-    checked here first, a damaged checkpoint fails before that restore starts. An item stored
-    otherwise (no OCDBT manifest) is left to orbax."""
-    if not os.path.isfile(os.path.join(item_dir, "manifest.ocdbt")):
-        return
-    base = {"driver": "ocdbt", "base": f"file://{os.path.abspath(item_dir)}/"}
-    try:
-        keys = ts.KvStore.open(base).result().list().result()
-        arrays = [
-            (d, k[: -len(end)].decode()) for k in sorted(keys) for d, end in _ZARR_METADATA.items() if k.endswith(end)
-        ]
-        for driver, name in arrays:
-            if name.startswith(prefix):  # orbax names an array by its tree path joined with "."
-                spec = {"driver": driver, "kvstore": {**base, "path": f"{name}/"}, "open": True}
-                ts.open(spec, read=True).result().read().result()
-    except Exception as e:  # noqa: BLE001 -- whatever TensorStore raises, the files are unreadable
-        raise CheckpointDamaged(workdir, step, e) from None
 
 
 def first_readable(ckpt, candidates, load, *, set_aside: bool = False):

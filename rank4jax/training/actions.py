@@ -8,15 +8,15 @@ import signal
 import jax
 import numpy as np
 
-from rank4jax.checkpoint.storage import checkpoint_metrics
 from rank4jax.errors import TrainingDivergedError
 from rank4jax.models.family import SELECTIONS
+from rank4jax.records import read_metrics
 
 
 class PeriodicActions:
     def __init__(self, run, out, early, stop):
         self.run, self.out, self.early, self.stop = run, out, early, stop
-        self.last_val = None  # every checkpoint carries its validation loss
+        self.last_val = None  # the latest validation's metrics
         self.interrupted = None  # the signal's name when one stopped the run
         self.selection = SELECTIONS[run.config.selection]  # the validation metric that selects
 
@@ -34,29 +34,29 @@ class PeriodicActions:
             self.out.log_train(step)
         if validate_now:
             self.validate(step, state)
-        # a signal (before this step's validation, or during it) saves now: a step saved without a loss
-        # (no validation ran) is never the best one, and a resumed run validates at its next boundary;
-        # with early stopping every validated step is checkpointed (its state resumes from them)
+        # a signal (before this step's validation, or during it) saves now: a step saved without a logged
+        # validation is never the best one, and a resumed run validates at its next boundary; with early
+        # stopping every validated step is checkpointed (its state resumes from them)
         signalled = self.stop.signal is not None
         if signalled or step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
             self.run.lock.check(step)  # still this run's workdir: nothing is written otherwise
-            metric = checkpoint_metrics(self.last_val, self.selection) if validate_now else None  # a validated step's
-            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer, metric)
+            ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer)
         if signalled:
             self.interrupted = self.stop.name
         return signalled or self.early.stopped
 
     def validate_the_end(self, step: int, state) -> None:
-        """A finished run whose last checkpoint carries no validation loss (an older version saved it
-        so at a signal during its last validation): validate it now and add the loss to it, so the
-        run selects the same best step as an uninterrupted one."""
-        ckpt = self.run.ckpt
-        if step != self.run.config.num_steps or ckpt.metric(step) is not None:
+        """A finished run whose last step has no logged validation (an older version saved it so at a
+        signal during its last validation): validate it now and log it, so the run selects the same
+        best step as an uninterrupted one."""
+        if step != self.run.config.num_steps:
+            return
+        if any(r["step"] == step for r in read_metrics(self.run.workdir).get("validation", [])):
             return
         metrics = self.run.evaluators.windows(state.params, self.run.val_windows)
         self.run.lock.check(step)
-        ckpt.add_metric(step, checkpoint_metrics(metrics, self.selection))
-        self.out.say(f"step {step}: its checkpoint carried no validation loss: {metrics[self.selection]:.4f} added")
+        self.out.log_validation(step, metrics)
+        self.out.say(f"step {step}: its checkpoint had no logged validation loss: {metrics[self.selection]:.4f} added")
 
     def validate(self, step: int, state) -> None:
         with jax.profiler.TraceAnnotation("evaluation"):  # named in a profile (training.profiling)

@@ -12,68 +12,33 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import time
 
 from rank4jax.errors import WorkdirError, say
-
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
-CONFIG_FILE = "config.json"  # the run's resolved config, written when it starts
-
-
-def write_json(path: str, data) -> None:
-    """Write a JSON file atomically (a temporary file beside it, then a rename): a process killed
-    mid-write leaves the previous file whole."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
-
-
-def read_json(path: str, what: str) -> dict | None:
-    """A JSON object the run wrote, or None: absent, or damaged or not an object (with one warning
-    naming it)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        say(f"rank4jax: warning: {path} ({what}) is unreadable ({type(e).__name__}); read as absent")
-        return None
-    if not isinstance(value, dict):
-        say(f"rank4jax: warning: {path} ({what}) holds a JSON {type(value).__name__}, not an object; read as absent")
-        return None
-    return value
+from rank4jax.records import (  # noqa: F401 -- the run's files, read here and by the commands
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    _records,
+    read_json,
+    read_metrics,
+    write_json,
+)
 
 
 class EventFile:
-    """A TensorBoard event file written in the caller's thread with tensorboardX's ``EventsWriter``
-    (its ``SummaryWriter`` writes from a thread of its own, whose failures, a full disk, print a
-    traceback no run can catch): each ``add_scalars`` is written and flushed at once, so an error is
-    an ``OSError`` here. tensorboardX is imported without PyTorch: it imports torch whenever it is
-    installed, only to accept torch tensors, which costs a run about 2 s of start-up; every value
-    written here is a Python number. Torch is hidden for that one import (``None`` in ``sys.modules``
-    reads as not installed) and then visible again to anything that imports it."""
+    """A TensorBoard event file through tensorboardX's ``SummaryWriter``, flushed after every record so
+    a storage fault (a full disk) is an ``OSError`` here; its writer thread may print the same fault's
+    traceback before the run's own warning. (tensorboardX imports PyTorch when it is installed, to
+    accept torch tensors: about 2 s of start-up on such a machine.)"""
 
     def __init__(self, workdir: str):
-        hide = "torch" not in sys.modules
-        if hide:
-            sys.modules["torch"] = None
-        try:
-            from tensorboardX.event_file_writer import EventsWriter
-            from tensorboardX.proto.event_pb2 import Event
-            from tensorboardX.summary import scalar
-        finally:
-            if hide and sys.modules.get("torch", 0) is None:
-                del sys.modules["torch"]
-        self._event, self._scalar = Event, scalar
-        self._writer = EventsWriter(os.path.join(workdir, "events"))
+        from tensorboardX import SummaryWriter
+
+        self._writer = SummaryWriter(logdir=workdir)
 
     def add_scalars(self, scalars: dict, step: int) -> None:
         for name, value in scalars.items():
-            self._writer.write_event(self._event(wall_time=time.time(), step=step, summary=self._scalar(name, value)))
+            self._writer.add_scalar(name, value, global_step=step)
         self._writer.flush()
 
     def close(self) -> None:
@@ -130,32 +95,6 @@ class MetricsWriter:
                     say(f"rank4jax: warning: the TensorBoard event file in {self.workdir} is incomplete: {e.strerror}")
 
 
-def _records(path: str) -> tuple[list[tuple[tuple[str, int], dict]], list[int], int]:
-    """metrics.jsonl's readable records in file order as ((split, step), record), the indices of its
-    unreadable non-empty lines (undecodable bytes, not a record, no step, or without the numbers its
-    split's readers need: ``REQUIRED``), and how many lines it has."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    records, bad = [], []
-    for number, line in enumerate(lines):
-        try:
-            record = json.loads(line)
-            split = str(record.get("split", "train"))
-            if not all(_is_number(record.get(key)) for key in REQUIRED.get(split, ())):
-                raise ValueError(f"a {split} record without {REQUIRED[split]}")
-            records.append(((split, int(record["step"])), record))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            bad.append(number)
-    return records, bad, len(lines)
-
-
-REQUIRED = {"train": ("loss", "windows_per_s"), "validation": ("window_ce", "last_slice_ce")}  # per split, numbers
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def rewind_metrics(workdir: str, step: int) -> None:
     """Before a run resumes from checkpoint ``step`` (or starts at 0 over a run that saved none): rewrite
     metrics.jsonl with its readable records up to ``step``, each (split, step) once (the last), so the
@@ -198,21 +137,6 @@ def training_seconds(train_records: list[dict], batch_size: int, until_step: int
         total += record.get("interval_s", steps * batch_size / record["windows_per_s"])
         previous = record["step"]
     return total
-
-
-def read_metrics(workdir: str) -> dict[str, list[dict]]:
-    """{split: records sorted by step}, last record per (split, step). Unreadable lines are skipped:
-    the last one silently (a line cut short by a hard kill, rewritten when the run resumes), any
-    other with one warning naming how many."""
-    path = os.path.join(workdir, METRICS_FILE)
-    records, bad, n_lines = _records(path) if os.path.isfile(path) else ([], [], 0)
-    latest = dict(records)
-    if [n for n in bad if n != n_lines - 1]:
-        say(f"rank4jax: warning: {path}: {len(bad)} unreadable line(s) skipped")
-    out: dict[str, list[dict]] = {}
-    for (split, _), record in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        out.setdefault(split, []).append(record)
-    return out
 
 
 def selection_loss(workdir: str) -> str:

@@ -33,7 +33,7 @@ from rank4jax.engine.run_config import (
 from rank4jax.engine.state import TrainState, abstract_train_state, carry_optimizer_state, learning_rate_schedule
 from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
-from rank4jax.models.family import ModelFamily, get_family
+from rank4jax.models.family import SELECTIONS, ModelFamily, get_family
 from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
 
@@ -79,7 +79,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     stack.push(UndoIfFailed(workdir, dirs=(CHECKPOINT_DIR,)))  # a refused run leaves the workdir as it was
     make_workdir(workdir)
     lock = stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
-    ckpt = stack.enter_context(RunCheckpoints(workdir, keep=config.keep_checkpoints))
+    ckpt = stack.enter_context(RunCheckpoints(workdir, config.keep_checkpoints, selection=SELECTIONS[config.selection]))
     fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved
     tokenizer, saved = _check_workdir(ckpt, config, workdir, fingerprint)
     data = prepare_data(config, tokenizer)
