@@ -5,23 +5,57 @@ checkpoints, evaluation and the experiments read it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 
-from rank4jax.errors import say
+from rank4jax.errors import WorkdirError, say
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
 CONFIG_FILE = "config.json"  # the run's resolved config, written when it starts
 
 
+# the files and directories a run writes in its workdir (besides the TensorBoard event files)
+OWN_PATHS = (".lock", CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, "checkpoints", "damaged_checkpoints", "eval", "plots",
+             "profile")  # fmt: skip
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a file atomically: a new temporary file beside it (created exclusively, never through a
+    link), then a rename over ``path`` (which replaces a link there instead of following it). A process
+    killed mid-write leaves the previous file whole."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_json(path: str, data) -> None:
-    """Write a JSON file atomically (a temporary file beside it, then a rename): a process killed
-    mid-write leaves the previous file whole."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    """:func:`write_text` of ``data`` as indented JSON."""
+    write_text(path, json.dumps(data, indent=2))
+
+
+def refuse_links(workdir: str, names=OWN_PATHS) -> None:
+    """A WorkdirError when one of the run's own paths in ``workdir`` (or a checkpoint step directory)
+    is a symbolic link: followed, a write would land outside the workdir (and a keep policy delete
+    there). Nothing has been written when it is raised."""
+    paths = [os.path.join(workdir, name) for name in names]
+    checkpoints = os.path.join(workdir, "checkpoints")
+    if os.path.isdir(checkpoints) and not os.path.islink(checkpoints):
+        paths += sorted(os.path.join(checkpoints, name) for name in os.listdir(checkpoints))
+    for path in paths:
+        if os.path.islink(path):
+            raise WorkdirError(
+                f"{path} is a symbolic link (to {os.readlink(path)}); a run writes only into its own files and "
+                "directories: remove the link, or use another --workdir; nothing was changed"
+            )
 
 
 def read_json(path: str, what: str) -> dict | None:

@@ -1113,3 +1113,48 @@ def test_evaluating_a_run_whose_data_has_changed_is_refused(tmp_path):
     path.write_text(ROC_HEADER + "".join(rows[:-1]), encoding="utf-8")
     with pytest.raises(DataError, match=f"^the data at {re.escape(str(path))} has changed since"):
         evaluate_run(str(tmp_path / "run"), split="test", num_examples=0, rollout_steps=0)
+
+
+def test_nothing_a_run_writes_follows_a_link_out_of_its_workdir(tiny_run_copy, tmp_path):
+    """A link planted in a workdir, where the run would write, is refused before anything is written
+    (the link's target untouched); temporary files are made new beside their target, so a link named
+    like one is never written through."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    workdir = tiny_run_copy
+    for name in (".lock", "config.json", "metrics.jsonl", "train_summary.json", "plots", "checkpoints/4"):
+        path = workdir / name
+        moved = tmp_path / "moved"
+        shutil.move(path, moved)
+        path.symlink_to(victim)
+        with pytest.raises(WorkdirError, match=f"{re.escape(str(path))} is a symbolic link .*nothing was changed"):
+            train(tiny_config(num_steps=8), str(workdir))
+        assert victim.read_text() == "precious", name
+        path.unlink()
+        shutil.move(moved, path)
+    (workdir / "eval").symlink_to(tmp_path)
+    with pytest.raises(WorkdirError, match="eval is a symbolic link"):
+        evaluate_run(str(workdir), split="validation", num_examples=0, rollout_steps=0)
+    (workdir / "eval").unlink()
+    for name in ("config.json.tmp", "metrics.jsonl.tmp", "train_summary.json.tmp"):
+        (workdir / name).symlink_to(victim)
+    assert train(tiny_config(num_steps=8), str(workdir))["step"] == 8
+    assert victim.read_text() == "precious" and not (workdir / "metrics.jsonl").is_symlink()
+
+
+def test_a_signal_while_the_last_save_finishes_stops_the_command(tiny_run_copy, monkeypatch):
+    """A Ctrl-C after the loop last read its flag (while the final save was being written) was lost:
+    the command went on and exited 0. It now stops once the run is complete, as a late signal does."""
+    real, armed = storage.RunCheckpoints.wait_until_finished, []
+
+    def signal_once(self):
+        if armed and armed.pop():
+            signal.raise_signal(signal.SIGINT)
+        return real(self)
+
+    monkeypatch.setattr(storage.RunCheckpoints, "wait_until_finished", signal_once)
+    hook = lambda step, state: armed.append(step == 8)  # noqa: E731 -- the final step's save is next
+    with pytest.raises(StageInterrupted, match="SIGINT after training had ended; .* is complete at step 8"):
+        train(tiny_config(num_steps=8), str(tiny_run_copy), hooks=[hook])
+    with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
+        assert ckpt.latest_step() == 8  # saved whole

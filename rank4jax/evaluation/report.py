@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import numbers
 import os
@@ -34,6 +33,7 @@ from rank4jax.errors import ConfigError, DataError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
+from rank4jax.records import refuse_links, write_json
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
 
@@ -76,6 +76,7 @@ def evaluate_run(
     check_count("cloze_contexts", cloze_contexts)
     if compute_dtype is not None:
         check_compute_dtype(compute_dtype)
+    refuse_links(workdir, ("eval", "plots"))  # the report's directories: never a link out of the workdir
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)
     if data_path is None:
@@ -225,8 +226,7 @@ def _write(workdir: str, report: dict, data_path: str | None = None) -> dict:
     path = os.path.join(out_dir, name)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
+        write_json(path, report)
     except OSError as e:  # a read-only or full disk: the figures are still returned (and printed)
         report["path"] = None
         report["write_error"] = f"cannot write the report {path}: {e.strerror or e}"

@@ -11,7 +11,6 @@ The commands differ only in which configs they build and how they tabulate.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable
 
@@ -20,6 +19,7 @@ import ml_collections
 from rank4jax.errors import StageInterrupted
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.report import evaluate_run
+from rank4jax.records import write_json, write_text
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics, steady_ms_per_step
 
@@ -91,8 +91,6 @@ def train_stage(name: str, config: ml_collections.ConfigDict, run_dir: str) -> d
 def write_outputs(workdir: str, stem: str, result, table: str) -> None:
     """``workdir/<stem>.json`` (the result) and ``workdir/<stem>.md`` (the table)."""
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, f"{stem}.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
+    write_json(os.path.join(workdir, f"{stem}.json"), result)
     if table:
-        with open(os.path.join(workdir, f"{stem}.md"), "w", encoding="utf-8") as f:
-            f.write(table + "\n")
+        write_text(os.path.join(workdir, f"{stem}.md"), table + "\n")

@@ -60,8 +60,8 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         actions = PeriodicActions(run, out, early, stop)
         actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
         state = _loop(run, state, first, batches, actions, hooks, out, profiler, (start, end))
-        run.ckpt.wait_until_finished()  # a second signal while this runs is only noted
-        stop.finishing()
+        run.ckpt.wait_until_finished()  # a signal while this runs stops the command once it is done
+        stop.finishing(stopped=actions.interrupted is not None)
         if jax.process_count() > 1:  # every process holds the same replicated parameters
             digest = sharding.check_replicas_agree(state.params)
             print(f"rank4jax: process {jax.process_index()} of {jax.process_count()}: parameters {digest}")

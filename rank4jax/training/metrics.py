@@ -22,6 +22,7 @@ from rank4jax.records import (  # noqa: F401 -- the run's files, read here and b
     read_json,
     read_metrics,
     write_json,
+    write_text,
 )
 
 
@@ -67,7 +68,8 @@ class MetricsWriter:
         try:
             if self._events is None:  # opened first: once metrics.jsonl exists, so does the event file
                 self._events = EventFile(self.workdir)
-            with open(self.path, "a", encoding="utf-8") as f:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW  # never through a link
+            with os.fdopen(os.open(self.path, flags, 0o644), "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
         except OSError as e:
             raise WorkdirError(f"cannot write {e.filename or self.path}: {e.strerror}") from None
@@ -108,9 +110,7 @@ def rewind_metrics(workdir: str, step: int) -> None:
         if key[1] <= step:
             kept.pop(key, None)
             kept[key] = record
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(record) + "\n" for record in kept.values())
-    os.replace(path + ".tmp", path)
+    write_text(path, "".join(json.dumps(record) + "\n" for record in kept.values()))
 
 
 def steady_ms_per_step(workdir: str, batch_size: int) -> float:

@@ -45,7 +45,12 @@ class StopRequest:
             raise SignalInterrupt(self.starting)
         self.phase = "training"
 
-    def finishing(self) -> None:
+    def finishing(self, stopped: bool) -> None:
+        """The loop has ended (``stopped``: at its signal, which it saved for). A signal the loop never
+        read (one while the last save finished) is kept as a late one: the run is complete, and the
+        command stops after it with the signal's status."""
+        if self.signal is not None and not stopped and self.late is None:
+            self.late = self.signal
         self.phase = "finishing"
 
     def _handle(self, signum, frame):

@@ -84,7 +84,7 @@ class WorkdirLock:
         if not self.enabled:
             return self
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never a link's target
         except OSError as e:
             raise WorkdirError(f"cannot write to the workdir: {self.path}: {e.strerror}; nothing was changed") from None
         try:
