@@ -306,3 +306,29 @@ def test_a_run_that_diverges_is_kept_out_by_name_and_the_ladder_goes_on(tmp_path
     table = lad.status(base, workdir, plan, given=given)
     assert "| sweep/rank4_lr1e+38 | 1e+38 | " in table and "| d8/baseline | 1e+38 | " in table
     assert table.count(" (diverged) / 4 |") == 2
+
+
+def test_the_training_data_is_refused_as_cloze_data_by_content_and_an_overlap_is_marked(tmp_path):
+    """The runs' own training file is refused as --cloze_data through a link or as a copy (content, not
+    path); a file that shares stories with the training split is marked in the tables."""
+    from rank4jax.experiments.compare import cloze_markdown
+
+    data, link, copy, other = (tmp_path / name for name in ("own.csv", "link.csv", "copy.csv", "other.csv"))
+    data.write_text("storyid,sentence1\nx,a\n")
+    copy.write_text(data.read_text())
+    other.write_text("storyid,sentence1\ny,b\n")
+    link.symlink_to(data)
+    own = tiny_config(**{"data.source": "file", "data.path": str(data)})
+    for path in (data, link, copy):
+        with pytest.raises(ConfigError, match="is the models' own training data"):
+            lad.evaluator("test", str(path), 8, config=own)
+    lad.evaluator("test", str(other), 8, config=own)  # another file: accepted
+    res = {"cloze_data": "f.csv", "rank4_cloze_stories": 40, "rank4_cloze_contexts": 8, "rank4_trained_on_stories": 25}
+    res |= {"rank4_cloze_accuracy": 0.6, "baseline_cloze_accuracy": 0.5, "cloze_accuracy_mcnemar_p": 0.2}
+    res |= {"rank4_cloze_accuracy_interval": (0.5, 0.7), "baseline_cloze_accuracy_interval": (0.4, 0.6)}
+    assert "**Not held out**: 25 of these stories are stories the runs trained on" in "\n".join(cloze_markdown(res))
+    rows = {"d8/rank4": {"width": 8, "family": "rank4", "params": 1, "learning_rate": 1e-3, "ls": 5.0,
+                         "context_gain": None, "best_step": 2, "stopped_step": 4, "training_time_to_best_s": 1.0,
+                         "ms_per_step": 1.0, "cloze_trained_on": 25}}  # fmt: skip
+    table = lad.report_markdown({"split": "test", "rows": rows, "rungs": {8: {}}, "trend": {}})
+    assert "**Not held out**: up to 25 of the Story Cloze stories" in table

@@ -236,3 +236,25 @@ def test_next_state_logits_from_a_given_input_tensor_and_its_gradient():
         numeric = (logit(x.at[where].add(eps)) - logit(x.at[where].add(-eps))) / (2 * eps)
         assert abs(float(grad[where]) - float(numeric)) < 1e-7 and abs(float(numeric)) > 1e-6
         assert float(jnp.abs(grad[1]).max()) == 0.0  # another window's X never reaches this logit
+
+
+def test_token_ids_outside_the_vocabulary_give_nan_not_another_token():
+    """An id below 0 used to read as id V − 1 and one of V or more as garbage: both now make their
+    positions' outputs NaN, in the functional model and the Flax one alike; a target outside the
+    vocabulary is a NaN loss, not a finite one."""
+    from flax import nnx
+
+    import rank4jax.nn as r4nn
+
+    cfg = rank4jax.Rank4Config(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=1, dropout=0.0)
+    params = rank4jax.init_params(jax.random.key(0), cfg)
+    model = r4nn.Rank4Model.from_params(params, cfg, deterministic=True)
+    good = jnp.ones((1, 2, 3), jnp.int32)
+    assert bool(jnp.isfinite(rank4jax.forward(params, good, cfg)).all())
+    for bad in (-1, 11):
+        inputs = good.at[0, 1, 2].set(bad)
+        assert bool(jnp.isnan(rank4jax.forward(params, inputs, cfg)).any()), bad
+        assert bool(jnp.isnan(model(inputs)).any()), bad
+    logits = rank4jax.forward(params, good, cfg)
+    assert np.isnan(float(rank4jax.window_losses(logits, good.at[0, 0, 0].set(-1))["window_ce"]))
+    assert np.isfinite(float(rank4jax.window_losses(logits, good)["window_ce"]))

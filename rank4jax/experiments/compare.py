@@ -8,6 +8,7 @@ free-running S(T)+EOS loss). LS(T) of both is the mean CE over the same content 
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import ml_collections
@@ -37,14 +38,30 @@ def _check_same_windows(rank4: ml_collections.ConfigDict, base: ml_collections.C
         raise ConfigError("compare needs a model_family='rank4' config and a model_family='baseline' config")
 
 
+def _same_content(a: str, b: str) -> bool:
+    """Whether two paths hold the same bytes (the same file through a link, or a copy)."""
+    if not (os.path.isfile(a) and os.path.isfile(b)):
+        return False
+    if os.path.samefile(a, b):
+        return True
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    digests = []
+    for path in (a, b):
+        with open(path, "rb") as f:
+            digests.append(hashlib.file_digest(f, "sha256").digest())
+    return digests[0] == digests[1]
+
+
 def check_cloze_data(cloze_data: str | None, config) -> None:
-    """A ConfigError when ``cloze_data`` is missing or is the runs' own training data (``config``'s)."""
+    """A ConfigError when ``cloze_data`` is missing or holds the runs' own training data (``config``'s),
+    by content: a link to it or a copy of it too."""
     if not cloze_data:
         return
     if not os.path.isfile(cloze_data):
         raise ConfigError(f"--cloze_data: file not found: {cloze_data}")
-    own = [os.path.abspath(p.strip()) for p in config.data.path.split(",") if p.strip()]
-    if config.data.source == "file" and os.path.abspath(cloze_data) in own:
+    own = [p.strip() for p in config.data.path.split(",") if p.strip()]
+    if config.data.source == "file" and any(_same_content(cloze_data, path) for path in own):
         raise ConfigError(
             f"--cloze_data {cloze_data} is the models' own training data; its test split's Story Cloze "
             "accuracy is already in the report (leave --cloze_data empty)"
@@ -107,7 +124,7 @@ def summarise(runs: dict, split: str) -> dict:
         for key in ("last_slice_ce_other_context", "context_gain"):  # how much each model uses the story
             result[f"{name}_{key}"] = run.report.get(key)
         report = run.extra.get("cloze", run.report)  # the external file's endings, else the split's own
-        for key in ("cloze_stories", "cloze_contexts", *CLOZE_RULES):
+        for key in ("cloze_stories", "cloze_contexts", "trained_on_stories", *CLOZE_RULES):
             result[f"{name}_{key}"] = report.get(key)
     cloze = {name: run.extra.get("cloze", run.report) for name, run in runs.items()}
     for name, suffix in (("baseline", ""), ("baseline_wide", "_wide")):
@@ -148,10 +165,19 @@ def cloze_markdown(res: dict) -> list[str]:
     """The Story Cloze lines of the table: the three scoring rules for both models, and who is higher."""
     if res.get("rank4_cloze_accuracy") is None:
         return []
+    trained_on = res.get("rank4_trained_on_stories") or 0
     lines = [
         "",
         f"Story Cloze accuracy on {res['rank4_cloze_stories']} stories of {res['cloze_data']} "
         "(chance 0.5; higher is better):",
+        *(
+            [
+                f"**Not held out**: {trained_on:,} of these stories are stories the runs trained on, so these "
+                "accuracies overstate what a held-out set would give."
+            ]
+            if trained_on
+            else []
+        ),  # fmt: skip
         "",
         "| scoring rule | rank-4 (95 % interval) | baseline (95 % interval) | higher | McNemar p |",
         "|---|---|---|---|---|",

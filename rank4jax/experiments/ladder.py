@@ -421,6 +421,7 @@ def summarise(runs: dict, split: str) -> dict:
             "ms_per_step": run.ms_per_step,  # the median interval: what a few contended intervals do not move
             **{key: cloze.get(key) for key in ("cloze_stories", *CLOZE_RULES)},
             "cloze_correct": cloze.get("cloze_correct"),
+            "cloze_trained_on": cloze.get("trained_on_stories"),  # stories the run trained on (not held out)
         }
     for width in sorted({r["width"] for r in rows.values()}):
         rungs[width] = _rung_tests({r["family"]: r for r in rows.values() if r["width"] == width})
@@ -608,6 +609,10 @@ def report_markdown(result: dict) -> str:
     if tests:
         lines += ["", "McNemar's exact p against the rank-4 model at the same rung:", ""]
         lines += ["| D | family | mean CE | PMI | ending only |", "|---|---|---|---|---|", *tests]
+    trained_on = max((r.get("cloze_trained_on") or 0 for r in result["rows"].values()), default=0)
+    if trained_on:
+        lines += ["", f"**Not held out**: up to {trained_on:,} of the Story Cloze stories are stories the runs "
+                  "trained on, so those accuracies overstate what a held-out set would give."]  # fmt: skip
     for name, record in result.get("diverged", {}).items():
         lines += ["", f"{name} (lr {record['learning_rate']:g}) has no figures: {record['error']}"]
     against_baseline = [

@@ -110,6 +110,13 @@ def on_rows(fn, x: jax.Array) -> jax.Array:
     return out.reshape(x.shape[:-1] + out.shape[-1:])
 
 
+def token_rows(table: jax.Array, tokens: jax.Array) -> jax.Array:
+    """``table[tokens]`` with every id outside [0, V) read as a row of NaN (a negative id would wrap to
+    V − 1, one of V or more be clamped or filled silently): an invalid id makes the outputs NaN."""
+    valid = jnp.where(tokens < 0, table.shape[0], tokens)  # a negative id: out of range, not a wrap
+    return jnp.take(table, valid, axis=0, mode="fill", fill_value=jnp.nan)
+
+
 def layer_norm(x: jax.Array, scale: jax.Array, bias: jax.Array) -> jax.Array:
     """LayerNorm over the last axis of ``x``; ``scale``/``bias`` are reshaped to that width."""
     return on_rows(lambda rows: normalize(rows)[0] * scale.reshape(-1) + bias.reshape(-1), x)

@@ -20,7 +20,8 @@ def sampler(key: jax.Array, temperature: float, top_k: int = 0):
         return greedy
 
     def choose(logits: jax.Array, j) -> jax.Array:
-        scaled = logits.astype(jnp.float32) / temperature
+        wide = logits.astype(jnp.float32)
+        scaled = (wide - jnp.max(wide, axis=-1, keepdims=True)) / temperature  # the best at 0: any tiny T is finite
         if top_k:
             kth = jax.lax.top_k(scaled, top_k)[0][..., -1:]
             scaled = jnp.where(scaled >= kth, scaled, -jnp.inf)

@@ -37,6 +37,7 @@ from rank4jax.models.common import (
     layer_norm,
     masked_softmax,
     sinusoid_table,
+    token_rows,
     uniform_fan_in,
     wide_dtype,
 )
@@ -85,7 +86,7 @@ def pack(windows: jax.Array, cfg: BaselineConfig) -> dict:
 
 def _embed(params, tokens, positions, cfg):
     table = jnp.asarray(sinusoid_table(cfg.context_slots + cfg.target_slots, cfg.width), params["embed"].dtype)
-    return jnp.take(params["embed"], tokens, axis=0) * float(np.sqrt(cfg.width)) + table[positions]
+    return token_rows(params["embed"], tokens) * float(np.sqrt(cfg.width)) + table[positions]
 
 
 def _layer(layer, x, cache, start, key_ok, cfg, *, train, rng):

@@ -41,6 +41,7 @@ def token_cross_entropy(logits: jax.Array, targets: jax.Array) -> tuple[jax.Arra
         )
     tgt = jnp.swapaxes(targets, 1, 2)  # (B, N, T) aligned with the logits
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, tgt)
+    ce = jnp.where((tgt >= 0) & (tgt < logits.shape[-1]), ce, jnp.nan)  # an id outside [0, V): no loss, NaN
     correct = jnp.argmax(logits, axis=-1) == tgt
     return ce, correct, tgt != PAD_ID
 

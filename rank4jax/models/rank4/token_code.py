@@ -22,7 +22,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import wide_dtype
+from rank4jax.models.common import token_rows, wide_dtype
 from rank4jax.models.rank4.readout import apply_readout, init_readout, logits_of, target_logits
 from rank4jax.tokens import PAD_ID
 
@@ -47,8 +47,8 @@ class OuterProduct:
     def vectors(self, embed: dict, tok: jax.Array, fiber: tuple[int, int]) -> jax.Array:
         """tok (...) → Esem[tok] ⊗ Etmp[tok] (..., dx, dt) (Stage A)."""
         del fiber  # the factors' widths
-        sem = jnp.take(embed["sem"], tok, axis=0)  # (..., dx)
-        tmp = jnp.take(embed["tmp"], tok, axis=0)  # (..., dt)
+        sem = token_rows(embed["sem"], tok)  # (..., dx); NaN for an id outside [0, V)
+        tmp = token_rows(embed["tmp"], tok)  # (..., dt)
         return sem[..., :, None] * tmp[..., None, :]
 
     def logits(self, params: dict, y: jax.Array) -> jax.Array:
@@ -80,7 +80,7 @@ class Flat:
 
     def vectors(self, embed: dict, tok: jax.Array, fiber: tuple[int, int]) -> jax.Array:
         """tok (...) → E[tok] laid on the fiber (..., dx, dt)."""
-        return jnp.take(embed["tok"], tok, axis=0).reshape(tok.shape + fiber)
+        return token_rows(embed["tok"], tok).reshape(tok.shape + fiber)
 
     def logits(self, params: dict, y: jax.Array) -> jax.Array:
         """y (B, R, D) → (B, R, V) through E (V, D), the input table."""

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rank4jax.models.common import check_params, normalize, sinusoid_table, wide_dtype
+from rank4jax.models.common import check_params, normalize, sinusoid_table, token_rows, wide_dtype
 from rank4jax.models.splm import potential as pot
 from rank4jax.models.splm.config import SPLMConfig
 from rank4jax.tokens import PAD_ID
@@ -123,7 +123,7 @@ def trajectory(params: dict, inputs: jax.Array, cfg: SPLMConfig) -> jax.Array:
     batch, slots = inputs.shape
     chex.assert_rank(inputs, 2)
     table = jnp.asarray(sinusoid_table(slots, cfg.width), params["embed"].dtype)
-    h, _ = normalize(jnp.take(params["embed"], inputs, axis=0) + table)
+    h, _ = normalize(token_rows(params["embed"], inputs) + table)
     v = jnp.zeros_like(h)
     m = mass(params, inputs)[..., None]
     for layer in range(cfg.n_layers):
