@@ -17,7 +17,7 @@ exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while t
 
 from absl import app, flags, logging
 
-from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals
+from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals, terminal_safe
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
 _STEP = flags.DEFINE_string("step", "best", "Checkpoint: 'best', 'latest' or a step.")
@@ -45,13 +45,13 @@ def main(argv):
     if prediction.dropped:
         print(f"({prediction.dropped} earlier sentence(s) not read)")
     for i, text in enumerate(prediction.inputs):
-        print(f"  S({i}): {text}")
+        print(f"  S({i}): {terminal_safe(text)}")
     if prediction.unknown or prediction.cut:
         print(f"  ({prediction.unknown} word(s) outside the vocabulary; {prediction.cut} sentence(s) cut to N tokens)")
     print(f"prediction: {prediction.kind}")
     for k, state in enumerate(prediction.states):
-        print(f"  Ŝ({t + k}): {state.text or '(nothing: the model ended the sentence at once)'}")
-        print("         " + " ".join(f"{piece} ({prob:.2f})" for piece, prob in state.tokens))
+        print(f"  Ŝ({t + k}): {terminal_safe(state.text) or '(nothing: the model ended the sentence at once)'}")
+        print("         " + " ".join(f"{terminal_safe(piece)} ({prob:.2f})" for piece, prob in state.tokens))
 
 
 if __name__ == "__main__":

@@ -97,10 +97,10 @@ def report(result: dict, plan: dict, args, seconds: dict) -> str:
         "# The paper's comparison at the paper's size (bench.paper_comparison)",
         "",
         f"`python -m bench.paper_comparison {' '.join(args.argv)}` — {time.strftime('%Y-%m-%d %H:%M UTC')}",
-        f"device {device.platform} {device.device_kind}; Python {platform.python_version()}, JAX {jax.__version__}",
-        f"each family trained for a wall-time budget of {args.budget_s:g} s after a {args.probe_steps}-step probe "
-        f"(not to its validation optimum: the lease allows minutes), validated {args.validations} times, "
-        "the best validated checkpoint evaluated",
+        f"device {device.device_kind}; Python {platform.python_version()}, JAX {jax.__version__}",
+        f"each family trained for --budget_s={args.budget_s:g} s of wall time after a {args.probe_steps}-step probe "
+        f"(not to its validation optimum), validated {args.validations} times, the best validated checkpoint "
+        "evaluated",
         "",
         "| family | probe ms/step | steps trained |",
         "|---|---|---|",
@@ -115,12 +115,17 @@ def report(result: dict, plan: dict, args, seconds: dict) -> str:
 
 def main(argv=None) -> dict:
     from rank4jax import noise
+    from rank4jax.cli import run_experiment
 
-    noise.install_log_filters()  # an entry point: orbax's warnings about what the project does on purpose
+    noise.install_log_filters()  # an entry point: the one orbax record the project reports itself
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="the same code at a tiny size on the built-in corpus")
     ap.add_argument("--out", default="runs/paper_comparison", help="where the report goes ($OUT on the device)")
-    ap.add_argument("--workdir", default=None, help="the runs (checkpoints: GBs at paper size); default a temp dir")
+    ap.add_argument(
+        "--workdir",
+        default=None,
+        help="the runs (checkpoints: GBs at paper size; rerun to resume); default <temp dir>/paper_comparison[_tiny]",
+    )
     ap.add_argument("--data_dir", default=None, help=f"holds {ROCSTORIES} and {CLOZE}")
     ap.add_argument("--budget_s", type=float, default=None, help="training seconds per family (40; tiny 2)")
     ap.add_argument("--probe_steps", type=int, default=None, help="steps that time a family (100; tiny 4)")
@@ -129,22 +134,43 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.budget_s = args.budget_s if args.budget_s is not None else (2.0 if args.tiny else 40.0)
-    args.probe_steps = args.probe_steps or (4 if args.tiny else 100)
-    return run(args)
+    args.probe_steps = args.probe_steps if args.probe_steps is not None else (4 if args.tiny else 100)
+    return run_experiment("the paper comparison", lambda: run(check_args(args)))
+
+
+def check_args(args):
+    """One ConfigError for the first bad flag, before anything runs."""
+    import math
+    import tempfile
+
+    from rank4jax.errors import ConfigError
+
+    for name in ("probe_steps", "validations"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    if args.cloze_contexts < 0:
+        raise ConfigError(f"--cloze_contexts must be a non-negative integer, got {args.cloze_contexts}")
+    if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        raise ConfigError(f"--budget_s must be a positive number of seconds, got {args.budget_s:g}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"--out={args.out} is a file, not a directory")
+    default = os.path.join(tempfile.gettempdir(), "paper_comparison_tiny" if args.tiny else "paper_comparison")
+    args.workdir = args.workdir or default
+    return args
 
 
 def run(args) -> dict:
-    import tempfile
-
     from rank4jax.engine.data_setup import prepare_data
+    from rank4jax.errors import DataError
     from rank4jax.experiments import ladder as lad
+    from rank4jax.records import write_json, write_text
 
     clock, seconds = time.perf_counter(), {}
     data_dir = args.data_dir or next((d for d in DATA_DIRS if os.path.isfile(os.path.join(d, ROCSTORIES))), None)
     if not args.tiny and data_dir is None:
-        sys.exit(f"error: {ROCSTORIES} not found in {' or '.join(DATA_DIRS)}: run bench/prepare_device.sh first")
+        raise DataError(f"{ROCSTORIES} not found in {' or '.join(DATA_DIRS)}: run bench/prepare_device.sh first")
     cloze = None if args.tiny else os.path.join(data_dir, CLOZE)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="paper_comparison-")
+    workdir = args.workdir
     rank4 = paper_config(data_dir, args.tiny)
     vocab = prepare_data(rank4, None).tokenizer.vocab_size
     width = rank4.model.dx * rank4.model.dt
@@ -161,10 +187,9 @@ def run(args) -> dict:
     seconds["total"] = time.perf_counter() - clock
     text = report(result, plan, args, seconds)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "paper_comparison.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "paper_comparison.json"), "w", encoding="utf-8") as f:
-        json.dump({"plan": plan, "seconds": seconds, "result": result}, f, indent=2, default=str)
+    write_text(os.path.join(args.out, "paper_comparison.md"), text)
+    write_json(os.path.join(args.out, "paper_comparison.json"), json.loads(json.dumps(
+        {"plan": plan, "seconds": seconds, "result": result}, default=str)))  # fmt: skip
     print(text)
     return {"plan": plan, "seconds": seconds, "result": result}
 

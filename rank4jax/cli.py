@@ -25,6 +25,12 @@ def run_reporting_user_errors(fn, *args, **kwargs):
         sys.exit(e.status)
 
 
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters (a vocabulary's terminal escape sequences, say) shown as
+    escapes instead of reaching the terminal raw."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag or an unknown
     ``--config.<key>`` override becomes one line on stderr and exit status 2. A config file is the

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rank4jax.data.windows import encode_state
+from rank4jax.engine.run_config import check_seed
 from rank4jax.errors import ConfigError
 from rank4jax.models import decoding
 from rank4jax.models.family import get_family
@@ -54,7 +55,8 @@ def _next_state(params, inputs, key, *, family_name, cfg, temperature, top_k):
     return family.next_state(params, inputs, cfg, choose)
 
 
-def _check(run, sentences, rollout, temperature, top_k) -> None:
+def _check(run, sentences, rollout, temperature, top_k, seed=0) -> None:
+    check_seed("seed", seed)
     family = run.family
     if isinstance(sentences, str) or not sentences or not all(isinstance(s, str) and s.strip() for s in sentences):
         raise ConfigError("predict_next needs a list of non-empty sentences")
@@ -99,7 +101,7 @@ def _state(tokenizer, tokens: np.ndarray, probs: np.ndarray, cut_at_sentence_end
 def predict_next(run, sentences, rollout: int = 0, temperature: float = 0.0, top_k: int = 0, seed: int = 0):
     """The next state after the last T of ``sentences`` (a ``rank4jax.load_run`` run), and ``rollout``
     more; a :class:`Prediction`. Sampling (``temperature`` > 0, ``top_k``) draws from ``seed``."""
-    _check(run, sentences, rollout, temperature, top_k)
+    _check(run, sentences, rollout, temperature, top_k, seed)
     cfg, tokenizer, family = run.model_cfg, run.tokenizer, run.family
     context = list(sentences[-cfg.n_slices :])
     views = [token_view(tokenizer, s, cfg.n_tokens) for s in context]

@@ -443,7 +443,7 @@ def test_a_need_is_shown_rounded_up_and_free_space_down():
 def test_a_save_the_disk_cannot_hold_is_refused_before_it_is_written(tmp_path, monkeypatch):
     """A save needs SPACE_MARGIN times the largest checkpoint so far (the state's bytes before the
     first) plus 1 MiB free; short of that it is one error naming both, and nothing of it is written."""
-    answers = iter([10**12, 1000])  # the first save finds room, the second 1 KB
+    answers = iter([10**12, 10**12, 1000])  # the start and the first save find room, the second 1 KB
     monkeypatch.setattr(storage, "free_bytes", lambda directory: next(answers))
     workdir = str(tmp_path / "run")
     with pytest.raises(WorkdirError) as caught:
@@ -1158,3 +1158,49 @@ def test_a_signal_while_the_last_save_finishes_stops_the_command(tiny_run_copy, 
         train(tiny_config(num_steps=8), str(tiny_run_copy), hooks=[hook])
     with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
         assert ckpt.latest_step() == 8  # saved whole
+
+
+def test_refusals_before_any_work(tiny_run_copy, tmp_path, monkeypatch, capsys):
+    """Each refused in one line before the run trains or writes: a workdir that is a file, a seed out of
+    range, a lock file the disk cannot hold, a disk too small for the next save (found at the start, not
+    after training to it), a ladder's --status on a workdir that does not exist, compare's
+    --cloze_contexts=-1 (before its first stage trains); a vocabulary's escape sequences are shown
+    escaped; a checkpoint without a data fingerprint names the file it evaluates on."""
+    import errno
+
+    from rank4jax.cli import terminal_safe
+    from rank4jax.experiments import compare, ladder
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WorkdirError, match="is a file, not a directory; nothing was changed"):
+        train(tiny_config(), str(tmp_path / "file"))
+    for seed in (-1, 2**70):
+        with pytest.raises(ConfigError, match="seed must be an integer from 0 to 4,294,967,295"):
+            train(tiny_config(seed=seed), str(tmp_path / "seed"))
+    real_pwrite = os.pwrite
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with pytest.raises(WorkdirError, match=r"cannot write the lock file .*\.lock: No space left on device"):
+        train(tiny_config(), str(tmp_path / "lock"))
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    before = (tiny_run_copy / "metrics.jsonl").read_text()
+    monkeypatch.setattr(storage, "free_bytes", lambda directory: 1000)
+    with pytest.raises(WorkdirError, match=r"cannot save checkpoint 8 in .*: No space left on device \(it needs"):
+        train(tiny_config(num_steps=8), str(tiny_run_copy))
+    assert (tiny_run_copy / "metrics.jsonl").read_text() == before  # nothing trained
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="no ladder there yet"):
+        ladder.status(tiny_config(), str(tmp_path / "none"), ladder.LadderPlan())
+    with pytest.raises(ConfigError, match="--cloze_contexts must be a non-negative integer"):
+        compare.compare(tiny_config(), tiny_config(model_family="baseline"), str(tmp_path / "cmp"), cloze_contexts=-1)
+    assert not (tmp_path / "cmp").exists()
+    assert terminal_safe("a\x1b[2Jb\x07") == "a\\x1b[2Jb\\x07"
+    run = describe_run(storage.RunCheckpoints(str(tiny_run_copy), read_only=True), "latest")
+    run.data_fingerprint, run.config.data.source, run.config.data.path = None, "file", "stories.csv"
+    from rank4jax.evaluation.report import check_same_data
+
+    check_same_data(run, "w")
+    assert "records no fingerprint of its data: evaluating on stories.csv as it is now" in capsys.readouterr().err

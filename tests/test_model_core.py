@@ -242,7 +242,6 @@ def test_token_ids_outside_the_vocabulary_give_nan_not_another_token():
     """An id below 0 used to read as id V − 1 and one of V or more as garbage: both now make their
     positions' outputs NaN, in the functional model and the Flax one alike; a target outside the
     vocabulary is a NaN loss, not a finite one."""
-    from flax import nnx
 
     import rank4jax.nn as r4nn
 

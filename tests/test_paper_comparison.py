@@ -28,8 +28,23 @@ def test_the_tiny_form_trains_both_families_to_a_budget_and_reports_the_comparis
     delta = result["result"]["rungs"][8]["delta_baseline"]
     assert delta == pytest.approx(rows["d8/baseline"]["ls"] - rows["d8/rank4"]["ls"], abs=1e-12)
     text = (out / "paper_comparison.md").read_text()
-    assert "wall-time budget of 0.5 s after a 4-step probe" in text and "| 8 | baseline |" in text
+    assert "--budget_s=0.5 s of wall time after a 4-step probe" in text and "| 8 | baseline |" in text
+    assert "device cpu;" in text and "lease" not in text
     assert json.loads((out / "paper_comparison.json").read_text())["plan"] == result["plan"]
+
+
+@pytest.mark.parametrize(
+    "flag,message",
+    [("--validations=0", "--validations must be a positive integer"), ("--budget_s=nan", "--budget_s must be a pos"),
+     ("--out=FILE", "is a file, not a directory")],
+)  # fmt: skip
+def test_bad_flags_are_one_line_before_anything_runs(flag, message, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as exit_:
+        flag = flag.replace("FILE", str(tmp_path / "file"))
+        paper_comparison.main(["--tiny", f"--workdir={tmp_path / 'runs'}", flag])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def _programs(family, config, vocab):

@@ -257,7 +257,7 @@ class RunCheckpoints:
             detail = f"it needs about {_size(need, up=True)}, {_size(free, up=False)} free"
             raise storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), self.workdir, step, detail) from None
 
-    def _agree_to_save(self, step: int, state) -> None:
+    def agree_to_save(self, step: int, state) -> None:
         """Process 0 checks the directory the processes share, and every process hears its answer
         before any enters orbax's save: a refusal stops them all at once."""
         error = None
@@ -276,7 +276,7 @@ class RunCheckpoints:
     def save(self, step: int, state, data_iter, config: dict, tokenizer) -> None:
         if self.read_only:
             raise CheckpointError(f"the checkpoints of {self.workdir} were opened to read; nothing was saved")
-        self._agree_to_save(step, state)
+        self.agree_to_save(step, state)
         params, rest = split_state(state)
         args = ocp.args.Composite(
             params=ocp.args.StandardSave(params),
@@ -337,12 +337,31 @@ class RunCheckpoints:
         self.manager.reload()
         return target
 
+    def _check_fits(self, step: int, item: str, abstract) -> None:
+        """The arrays ``abstract`` asks for against the item's own metadata (no array read): a saved config
+        that does not fit its arrays (edited, say) is one CheckpointError, not damage, and no restore
+        starts; unreadable metadata is damage."""
+        try:
+            saved = {jax.tree_util.keystr(p): tuple(m.shape) for p, m in jax.tree_util.tree_leaves_with_path(
+                self.manager.item_metadata(step)[item])}  # fmt: skip
+        except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the metadata is unreadable
+            raise CheckpointDamaged(self.workdir, step, e) from None
+        wanted = {jax.tree_util.keystr(p): tuple(a.shape) for p, a in jax.tree_util.tree_leaves_with_path(abstract)}
+        for name in sorted(set(saved) | set(wanted)):
+            if saved.get(name) != wanted.get(name):
+                raise CheckpointError(
+                    f"checkpoint {step} in {self.workdir} does not fit its own saved config: {item}{name} is "
+                    f"{saved.get(name, 'absent')} on disk, the config makes it {wanted.get(name, 'absent')} "
+                    "(was the saved config edited?)"
+                )
+
     def restore_params(self, step: int, abstract_params):
         """The parameters of checkpoint ``step`` alone (the optimiser's moments are never read), onto the
         shardings ``abstract_params`` (ShapeDtypeStructs) carry."""
         if legacy.is_legacy(self.step_dir(step)):
             params = legacy.restore_params(self.workdir, step, self.step_dir(step), abstract_params)
         else:
+            self._check_fits(step, "params", abstract_params)
             params = self._restore(step, params=ocp.args.StandardRestore(abstract_params))["params"]
         check_finite(self.workdir, step, params)
         return params
@@ -354,6 +373,7 @@ class RunCheckpoints:
             state = legacy.restore_state(self.workdir, step, self.step_dir(step), abstract_state, data_iter)
         else:
             params, rest = split_state(abstract_state)
+            self._check_fits(step, "params", params)
             items = {"params": ocp.args.StandardRestore(params), "opt_state": ocp.args.StandardRestore(rest)}
             restored = self._restore(step, **items, **({"data_iter": ocp.args.JsonRestore()} if data_iter else {}))
             state = abstract_state.replace(params=restored["params"], **restored["opt_state"])

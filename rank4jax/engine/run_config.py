@@ -92,7 +92,17 @@ def _check_model(config: ml_collections.ConfigDict) -> None:
     family.make_config(config.model, None)
 
 
+SEED_LIMIT = 2**32  # jax.random.key and numpy's generators take a seed below it
+
+
+def check_seed(name: str, value) -> None:
+    """A seed must be an integer in [0, 2**32)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
+        raise ConfigError(f"{name} must be an integer from 0 to {SEED_LIMIT - 1:,}, got {value!r}")
+
+
 def _check_run(config: ml_collections.ConfigDict) -> None:
+    check_seed("seed", config.seed)
     for name in ("batch_size", "eval_batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every"):
         check_positive_int(name, config[name])
     check_positive_int("keep_checkpoints", config.keep_checkpoints)

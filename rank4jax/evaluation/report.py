@@ -118,7 +118,13 @@ def eval_mesh(eval_batch_size: int) -> jax.sharding.Mesh:
 
 def check_same_data(run, workdir: str) -> None:
     """A DataError when the run's own data files have other bytes than when its checkpoint was written:
-    their split would not be the run's held-out split (a story moved between splits is trained on)."""
+    their split would not be the run's held-out split (a story moved between splits is trained on). A
+    checkpoint written before fingerprints cannot be checked: the file it names is said, with a warning."""
+    if run.data_fingerprint is None and run.config.data.source == "file":
+        say(
+            f"rank4jax: warning: {workdir}'s checkpoint {run.step} records no fingerprint of its data: evaluating "
+            f"on {run.config.data.path} as it is now (the run's splits only if that file is unchanged)"
+        )
     if run.data_fingerprint is not None and data_fingerprint(run.config) != run.data_fingerprint:
         raise DataError(
             f"the data at {run.config.data.path} has changed since {workdir}'s checkpoint {run.step} was written "

@@ -16,6 +16,7 @@ import ml_collections
 from rank4jax.engine.run_config import to_json_dict
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
+from rank4jax.evaluation.report import check_count
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.experiments.runner import run_all, write_outputs
 from rank4jax.models.family import FAMILIES
@@ -88,6 +89,7 @@ def compare(
         if name != "rank4":
             _check_same_windows(rank4_config, config)
     check_cloze_data(cloze_data, rank4_config)
+    check_count("--cloze_contexts", cloze_contexts)  # before any training, not after the first stage
     options = {"num_examples": 0, "rollout_steps": 0, "cloze_contexts": cloze_contexts}
     extra = {"cloze": {"split": "all", "data_path": cloze_data} | options}
     runs = run_all(

@@ -354,6 +354,8 @@ def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
     logged training time. Reads the runs' logs only: nothing is trained or compiled."""
     given = dict(given or {})
     check_workdir(workdir)
+    if not os.path.isdir(workdir):
+        raise ConfigError(f"--workdir={workdir}: no ladder there yet (nothing has been trained in it)")
     sweep, rungs = plan_runs(base, workdir, plan, given, prepare_data(base, None).tokenizer.vocab_size)
     lines = [
         "| run | lr | step | best selection loss (step) | LS(T) there | training s |",

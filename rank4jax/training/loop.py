@@ -54,6 +54,8 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         out.announce(early)
         profiler = Profiler(workdir, config.profile_steps, enabled=run.is_main, say=out.say)
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
+        if start < end:  # a disk that cannot hold the next save: refused before training to it
+            run.ckpt.agree_to_save(min(end, (start // config.checkpoint_every + 1) * config.checkpoint_every), state)
         first = _compile_on_first_batch(run, state, batches, out) if start < end else None
         out.start_clock()  # the logged training time leaves the compilation out
         stop.training()

@@ -46,6 +46,8 @@ class UndoIfFailed:
     def __init__(self, workdir: str, dirs: tuple[str, ...]):
         self.workdir, self.dirs = workdir, dirs
         self.new = not os.path.exists(workdir)
+        if not self.new and not os.path.isdir(workdir):
+            raise WorkdirError(f"the workdir {workdir} is a file, not a directory; nothing was changed")
         self.before = set() if self.new else set(os.listdir(workdir))
 
     def __call__(self, exc_type, exc, tb) -> bool:
@@ -105,8 +107,12 @@ class WorkdirLock:
             say(f"rank4jax: taking over the lock left by {_holder(self.path)}, which is no longer running")
         command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv)) or "python"
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        except OSError as e:  # a full disk, say: the run has written nothing else
+            self.__exit__()
+            raise WorkdirError(f"cannot write the lock file {self.path}: {e.strerror}; nothing was changed") from None
         return self
 
     def check(self, step: int) -> None:
