@@ -340,11 +340,12 @@ class ContinuousGrid(nnx.Module):
 
 def test_a_continuous_grid_model_trains():
     """Each cell's target is the grid's mean of feature 0 (readable only by attending to every cell):
-    adamw under nnx.jit takes the MSE from the target's variance to below a tenth of it."""
+    adamw under nnx.jit takes the MSE to below a tenth of the targets' variance (what the best constant
+    would score): 0.0026 against 0.076 after 150 steps."""
     model = ContinuousGrid(nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.adamw(3e-3), wrt=nnx.Param)
-    features = jax.random.normal(jax.random.key(1), (256, 4, 3, 3))
-    targets = jnp.broadcast_to(jnp.mean(features[..., 0], axis=(1, 2), keepdims=True), (256, 4, 3))
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
+    features = jax.random.normal(jax.random.key(1), (128, 4, 3, 3))
+    targets = jnp.broadcast_to(jnp.mean(features[..., 0], axis=(1, 2), keepdims=True), (128, 4, 3))
 
     @nnx.jit
     def step(model, optimizer):
@@ -352,7 +353,7 @@ def test_a_continuous_grid_model_trains():
         optimizer.update(model, grads)
         return loss
 
-    losses = [float(step(model, optimizer)) for _ in range(300)]
+    losses = [float(step(model, optimizer)) for _ in range(150)]
     variance = float(jnp.var(targets))
     assert losses[-1] < 0.1 * variance, (losses[0], losses[-1], variance)
 
