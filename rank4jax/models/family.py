@@ -8,7 +8,7 @@ aggregate exactly over batches; ``objective`` is the training loss.
 Families: ``rank4`` (the paper's model), ``baseline`` (the 1-D causal transformer of SPEC §7,
 whose "window" loss is its free-running S(T)+EOS selection loss and whose "last slice" is the
 content tokens of S(T), the same tokens as the rank-4 LS(T)), and the next-token families over each
-window's token stream (``rank4jax.models.stream``): ``splm`` (seed 004) and ``baseline_lm`` (the
+window's token stream (``rank4jax.models.stream``): ``splm`` (the semantic-simulation LM) and ``baseline_lm`` (the
 baseline as a teacher-forced token LM, its matched attention model). For those, "window" sums run
 over every next token (EOS included; perplexity = exp(window_ce)) and "last slice" over the tokens
 of S(T). ZPX scores are a config variant of the rank-4 and baseline families (``model.zpx``).

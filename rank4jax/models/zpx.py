@@ -1,4 +1,4 @@
-"""ZPX vector-phase geometry and its attention-score terms (seed 001), shared by every model family.
+"""ZPX vector-phase geometry and its attention-score terms, shared by every model family.
 
 Axes: B batch, P query positions, K key positions, W encoder input width, C phase channels,
 F geometric feature width (2C for the angle term, 5C with the sphere term).

@@ -1,4 +1,4 @@
-"""Semantic-simulation language model (seed 004): token states move like damped particles in a
+"""Semantic-simulation language model: token states move like damped particles in a
 learned potential, one integration step per layer.
 
 Axes: B batch, S stream slots, d = dx·dt width, V vocabulary, M = K_ξ context channels, L layers.
