@@ -1,5 +1,5 @@
-"""Small run configs for fast end-to-end tests; random parameters without compiling an init; JAX's
-compile log."""
+"""Small run configs for fast end-to-end tests; small model configs, ragged windows and random
+parameters without compiling an init; JAX's compile log."""
 
 import contextlib
 import math
@@ -119,3 +119,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def rank4_cfg(**sizes):
+    """A small rank-4 model config of ``sizes`` (V, N, T, dx, dt and any other field; H = 2, L = 2 and
+    no dropout unless given)."""
+    import rank4jax
+
+    return rank4jax.Rank4Config(**({"n_heads": 2, "n_layers": 2, "dropout": 0.0} | sizes))
+
+
+def ragged_windows(cfg, batch: int, seed: int = 0, lengths: tuple[int, int] | None = None) -> np.ndarray:
+    """Random windows (B, T+1, N) of ``cfg``'s sizes, each sentence PAD after a random length drawn
+    from [low, high) (``lengths``; default [0, N]), ids from 4 up."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(4, cfg.vocab_size, size=(batch, cfg.n_slices + 1, cfg.n_tokens)).astype(np.int32)
+    low, high = lengths or (0, cfg.n_tokens + 1)
+    w[np.arange(cfg.n_tokens)[None, None, :] >= rng.integers(low, high, size=(batch, cfg.n_slices + 1))[..., None]] = 0
+    return w
+
+
+def max_leaf_diff(a, b) -> float:
+    """The largest absolute difference between two trees' leaves (in numpy: no program per leaf shape)."""
+    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in pairs)

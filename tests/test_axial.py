@@ -15,7 +15,7 @@ from rank4jax.models.rank4.attention import attention_heads
 from rank4jax.models.rank4.axial import axial_heads
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from tests.helpers import numpy_params, tiny_config
+from tests.helpers import numpy_params, rank4_cfg, tiny_config
 
 
 def _softmax(s, keep):
@@ -116,8 +116,7 @@ def test_axial_differs_from_joint_on_a_grid():
 
 
 def _cfg(**kw):
-    base = dict(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=2, dropout=0.0)
-    return rank4jax.Rank4Config(**(base | kw))
+    return rank4_cfg(**(dict(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3) | kw))
 
 
 def test_the_axial_model_has_the_joint_models_parameters_and_its_T1_logits():

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import numpy_params, tiny_config
+from helpers import max_leaf_diff, numpy_params, ragged_windows, rank4_cfg, tiny_config
 
 import rank4jax
 from rank4jax.data.compact import compact_size, compact_windows
@@ -25,23 +25,14 @@ from rank4jax.training.metrics import read_metrics
 
 
 def _cfg(**kw):
-    base = dict(vocab_size=40, n_tokens=6, n_slices=3, dx=3, dt=2, n_heads=2, n_layers=2, dropout=0.0)
-    return rank4jax.Rank4Config(**(base | kw))
+    return rank4_cfg(**(dict(vocab_size=40, n_tokens=6, n_slices=3, dx=3, dt=2) | kw))
 
 
 def _windows(cfg, batch=6, seed=0):
     """Ragged sentences (0..N tokens each); window 2 has no input token at all."""
-    rng = np.random.default_rng(seed)
-    w = rng.integers(4, cfg.vocab_size, size=(batch, cfg.n_slices + 1, cfg.n_tokens)).astype(np.int32)
-    lengths = rng.integers(0, cfg.n_tokens + 1, size=(batch, cfg.n_slices + 1))
-    w[np.arange(cfg.n_tokens)[None, None, :] >= lengths[..., None]] = 0
+    w = ragged_windows(cfg, batch, seed)
     w[2, :-1] = 0
     return w
-
-
-def _max_leaf_diff(a, b):
-    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)  # numpy: no program per leaf shape
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in pairs)
 
 
 @pytest.mark.parametrize("groups", [1, 2, 3])
@@ -148,7 +139,7 @@ def test_compact_loss_and_gradient_equal_the_full_width(train_mode, score, all_g
             compact, grad = sums_and_grad(params, batch)
             for key, value in full.items():
                 np.testing.assert_allclose(float(compact[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
-            assert _max_leaf_diff(grad, grad_full) < 1e-12
+            assert max_leaf_diff(grad, grad_full) < 1e-12
 
 
 def test_only_the_autodiff_model_compacts():

@@ -4,7 +4,6 @@ size limit on it."""
 import os
 
 import jax
-import pytest
 
 from tests import conftest
 
@@ -27,16 +26,3 @@ def test_the_session_cache_is_the_kept_one_a_chosen_one_or_a_fresh_one(tmp_path,
 def test_jax_keeps_the_cache_within_its_own_limit():
     assert jax.config.jax_compilation_cache_max_size == conftest.KEPT_CACHE_MAX_BYTES == 512 * 2**20
     assert jax.config.jax_compilation_cache_dir == os.environ["JAX_COMPILATION_CACHE_DIR"]
-
-
-@pytest.mark.parametrize(
-    "flag",
-    [
-        "--xla_backend_optimization_level=0",
-        "--xla_cpu_use_fusion_emitters=false",
-        "--xla_force_host_platform_device_count=2",
-    ],
-)
-def test_the_tests_compile_with_the_flags_they_document(flag):
-    assert flag in os.environ["XLA_FLAGS"].split()
-    assert len(jax.devices()) == 2

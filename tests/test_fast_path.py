@@ -11,25 +11,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import rank4jax
 from rank4jax.data.windows import trim_padding
 from rank4jax.models import rank4
 from rank4jax.models.family import RANK4
 from rank4jax.models.rank4.readout import target_logits
-from tests.helpers import numpy_params
+from tests.helpers import max_leaf_diff, numpy_params, ragged_windows, rank4_cfg
 
 
 def _cfg(**kw):
-    base = dict(vocab_size=30, n_tokens=7, n_slices=3, dx=3, dt=2, n_heads=2, n_layers=2, dropout=0.0)
-    return rank4jax.Rank4Config(**(base | kw))
+    return rank4_cfg(**(dict(vocab_size=30, n_tokens=7, n_slices=3, dx=3, dt=2) | kw))
 
 
 def _windows(cfg, batch=4, seed=0):
     """Random windows with ragged PAD tails; column 6 is PAD everywhere, window 1 ends at column 3."""
-    rng = np.random.default_rng(seed)
-    w = rng.integers(4, cfg.vocab_size, size=(batch, cfg.n_slices + 1, cfg.n_tokens)).astype(np.int32)
-    lengths = rng.integers(2, cfg.n_tokens - 1, size=(batch, cfg.n_slices + 1))
-    w[np.arange(cfg.n_tokens)[None, None, :] >= lengths[..., None]] = 0
+    w = ragged_windows(cfg, batch, seed, lengths=(2, cfg.n_tokens - 1))
     w[1, :, 3:] = 0
     return w
 
@@ -48,11 +43,6 @@ def _sums_and_grad(objective):
     """``objective(p) -> (value, sums)`` → jitted ``p -> ((value, sums), grad)``: one program for the
     sums and the gradient (eager, every primitive would compile on its own)."""
     return jax.jit(jax.value_and_grad(objective, has_aux=True))
-
-
-def _max_leaf_diff(a, b):
-    pairs = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)  # numpy: no program per leaf shape
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in pairs)
 
 
 def test_target_logits_equal_the_logits_entry():
@@ -77,7 +67,7 @@ def test_readout_loss_sums_match_window_loss_sums_and_gradients():
         for key, value in ref.items():
             np.testing.assert_allclose(float(fast[key]), float(value), rtol=1e-12, atol=1e-12, err_msg=key)
         assert float(ref["correct_tokens"]) > 0  # the accuracy comparison is not vacuous
-        assert _max_leaf_diff(g_ref, g_fast) < 1e-12
+        assert max_leaf_diff(g_ref, g_fast) < 1e-12
 
 
 def test_trim_padding_cuts_only_all_pad_columns():
@@ -114,6 +104,6 @@ def test_loss_on_trimmed_windows_equals_full_width_loss():
         (_, trimmed), g_cut = _sums_and_grad(lambda p: _objective_and_sums(p, jnp.asarray(cut), cfg))(params)
         for key, value in full.items():
             np.testing.assert_allclose(float(trimmed[key]), float(value), rtol=1e-12, err_msg=key)
-        assert _max_leaf_diff(g_full, g_cut) < 1e-12
+        assert max_leaf_diff(g_full, g_cut) < 1e-12
         with pytest.raises(ValueError, match="more than n_tokens"):
             RANK4.loss_sums(params, jnp.zeros((1, cfg.n_slices + 1, cfg.n_tokens + 1), jnp.int32), cfg)

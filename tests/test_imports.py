@@ -67,3 +67,15 @@ def test_packages_import_downwards_only_and_without_cycles():
     )
     assert upward == [], f"imports that point up the order {ORDER}: {upward}"
     assert all(graph.get(leaf, set()) <= LEAVES for leaf in LEAVES), {leaf: graph.get(leaf) for leaf in LEAVES}
+
+
+def test_every_public_name_imports():
+    """``from rank4jax import X`` (and ``rank4jax.nn``'s) for every name the packages list as public."""
+    import importlib
+
+    for package in ("rank4jax", "rank4jax.nn"):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            namespace = {}
+            exec(f"from {package} import {name}", namespace)  # noqa: S102 -- the statement a user writes
+            assert namespace[name] is getattr(module, name), (package, name)

@@ -59,10 +59,16 @@ def test_auto_times_every_candidate_keeps_the_fastest_and_a_resume_keeps_it(tmp_
     assert restore_for_evaluation(str(tmp_path))[2].layout.name == "trimmed"  # evaluation keeps it too
 
 
-def test_the_timing_runs_each_layout_on_the_same_batches(tmp_path):
-    """The real measurement on a tiny model: every candidate is given the same BATCHES batches of
-    the run's training windows, runs them once to compile and ROUNDS times timed (candidates
-    interleaved, the throwaway state donated from step to step), and gets a positive median."""
+def test_the_timing_runs_each_layout_on_the_same_batches(tmp_path, monkeypatch):
+    """The real steps on a tiny model: every candidate is given the same BATCHES batches of the run's
+    training windows, runs them once to compile and ROUNDS times timed (candidates interleaved, the
+    throwaway state donated from step to step); with a clock that ticks once per read, each timed pass
+    reads as one tick over its BATCHES steps, so each median is exactly 1 / BATCHES."""
+    import itertools
+    import types
+
+    ticks = itertools.count()
+    monkeypatch.setattr(layout_choice, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
     with contextlib.ExitStack() as stack:  # the run's lock and checkpoint manager, released at the end
         _time_layouts_recorded(prepare_run(tiny_config(), str(tmp_path), stack))
 
@@ -88,8 +94,8 @@ def _time_layouts_recorded(run):
     seconds = layout_choice.time_layouts(
         layouts, dict.fromkeys(layouts, counted_step), run.programs, train_windows, 8, 0
     )
-    assert sorted(seconds) == ["compact", "full"] and all(s > 0 for s in seconds.values())
     batches = layout_choice.BATCHES
+    assert seconds == {"compact": 1 / batches, "full": 1 / batches}
     assert [len(given[name]) for name in ("compact", "full")] == [batches, batches]  # laid out once each
     for a, b in zip(given["compact"], given["full"], strict=True):
         np.testing.assert_array_equal(a, b)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from helpers import numpy_params, tiny_config
+from helpers import numpy_params, ragged_windows, rank4_cfg, tiny_config
 
 import rank4jax
 from rank4jax.checkpoint.storage import RunCheckpoints
@@ -26,16 +26,11 @@ from rank4jax.training.metrics import read_metrics
 
 
 def _cfg(**kw):
-    base = dict(vocab_size=30, n_tokens=5, n_slices=3, dx=3, dt=2, n_heads=2, n_layers=2, dropout=0.0)
-    return rank4jax.Rank4Config(**(base | kw))
+    return rank4_cfg(**(dict(vocab_size=30, n_tokens=5, n_slices=3, dx=3, dt=2) | kw))
 
 
 def _windows(cfg, batch=4, seed=0):
-    rng = np.random.default_rng(seed)
-    w = rng.integers(4, cfg.vocab_size, size=(batch, cfg.n_slices + 1, cfg.n_tokens)).astype(np.int32)
-    lengths = rng.integers(1, cfg.n_tokens + 1, size=(batch, cfg.n_slices + 1))
-    w[np.arange(cfg.n_tokens)[None, None, :] >= lengths[..., None]] = 0
-    return w
+    return ragged_windows(cfg, batch, seed, lengths=(1, cfg.n_tokens + 1))
 
 
 def _by_hand(params, windows, cfg, slices):

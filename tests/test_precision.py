@@ -244,7 +244,14 @@ def test_accelerator_check_runs_end_to_end_at_a_tiny_size(capsys):
     out = capsys.readouterr().out
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [(r["family"], r["precision"]) for r in rows] == [("rank4", "bf16"), ("baseline", "bf16")]
-    assert all(r["windows_per_s"] > 0 and r["tflops"] > 0 and r["bf16_peak_fraction"] is None for r in rows)
+    from rank4jax.models.flops import train_flops_per_window
+
+    configs = accelerator_check.family_configs(tiny=True)
+    for r in rows:  # the figures are one timing's: 8 windows per step_ms, the analytic FLOPs of each
+        assert r["windows_per_s"] == pytest.approx(8 / (r["step_ms"] / 1e3), rel=1e-12)
+        per_window = train_flops_per_window(*configs[r["family"]])
+        assert r["tflops"] == pytest.approx(r["windows_per_s"] * per_window / 1e12, rel=1e-12)
+        assert r["bf16_peak_fraction"] is None  # no peak for a CPU
     assert "| rank4 | bf16 |" in out and "baseline (free-running) step time / rank-4 step time, bf16:" in out
     assert "training run configs/default.py bf16, 2 steps" in out and "first validation (step 2) LS(T)" in out
 

@@ -149,13 +149,13 @@ def test_stream_family_trains_resumes_and_evaluates(tmp_path, family):
     assert summary["step"] == 4
     records = [json.loads(line) for line in open(os.path.join(tmp_path, "metrics.jsonl"), encoding="utf-8")]
     val = [r for r in records if r["split"] == "validation"]
-    assert val and all(np.isfinite(r["window_ce"]) for r in val)
+    assert [r["step"] for r in val] == [2, 4] and all(np.isfinite(r["window_ce"]) for r in val)
     config.num_steps = 6
     assert train(config, str(tmp_path))["step"] == 6  # resumes
-    if family == "splm":  # the data-derived surprisal travels with the checkpoint
-        params = load_run(str(tmp_path), "latest").params
-        surprisal = params["buffers"]["surprisal"]
-        assert surprisal.std() > 0.1 and surprisal.min() < np.log(len(surprisal)) - 1
+    if family == "splm":  # the data-derived surprisal travels with the checkpoint, never trained
+        before, after = (load_run(str(tmp_path), step).params["buffers"]["surprisal"] for step in (4, 6))
+        np.testing.assert_array_equal(after, before)
+        assert after.std() > 0.1  # not a constant: the unigram's, by the test of the buffer itself
 
 
 @pytest.mark.parametrize("chunk", [None, 4])

@@ -17,12 +17,11 @@ from rank4jax.models.rank4.losses import code_loss_sums, window_loss_sums
 from rank4jax.models.rank4.model import hidden_states
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from tests.helpers import hand_position_tables, numpy_params, tiny_config
+from tests.helpers import hand_position_tables, numpy_params, rank4_cfg, tiny_config
 
 
 def _cfg(**kw):
-    base = dict(vocab_size=6, n_tokens=2, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=1, dropout=0.0)
-    return rank4jax.Rank4Config(**(base | kw), token_code="flat")
+    return rank4_cfg(**(dict(vocab_size=6, n_tokens=2, n_slices=2, dx=2, dt=3, n_layers=1) | kw), token_code="flat")
 
 
 def test_the_flat_input_tensor_by_hand():
@@ -67,6 +66,11 @@ def test_a_flat_run_trains_resumes_and_loads(tmp_path):
     run = load_run(str(tmp_path))
     assert summary["step"] == 6 and run.model_cfg.token_code == "flat"
     assert set(run.params) == {"embed", "layers", "final_ln"} and set(run.params["embed"]) == {"tok"}
+    resumed = train(tiny_config(num_steps=8, **{"model.token_code": "flat"}), str(tmp_path))  # from step 6
+    assert resumed["step"] == 8 and load_run(str(tmp_path), "latest").model_cfg.token_code == "flat"
+    from rank4jax.records import read_metrics
+
+    assert [r["step"] for r in read_metrics(str(tmp_path))["validation"]] == [2, 4, 6, 8]  # 6 not trained twice
 
 
 def test_the_ablations_parameter_match():

