@@ -12,15 +12,17 @@ Evaluation uses ``restore_run`` with its own placement of the parameters (a mesh
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax
 import numpy as np
 
-from rank4jax.checkpoint.damage import first_readable
+from rank4jax.checkpoint.damage import CheckpointDamaged
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.engine.run_config import FINGERPRINT_KEY, from_json_dict
 from rank4jax.engine.sharding import with_shardings
 from rank4jax.engine.state import TrainState, abstract_train_state
+from rank4jax.errors import CheckpointError, say
 from rank4jax.models.family import ModelFamily, get_family
 
 
@@ -38,8 +40,28 @@ class SavedRun:
     data_fingerprint: str | None = None  # the training data's bytes when the checkpoint was written
 
 
+def resolve_step(ckpt, which: str | int | None) -> int:
+    """'best', 'latest' or a whole step number → an existing step of ``ckpt`` (``RunCheckpoints``)."""
+    steps = ckpt.all_steps()
+    if not steps:
+        raise CheckpointError(f"no checkpoints in {ckpt.workdir}")
+    if which in (None, "best"):
+        return ckpt.best_step(say_fallback=True)
+    if which == "latest":
+        return steps[-1]
+    if isinstance(which, bool) or (isinstance(which, float | np.floating) and not float(which).is_integer()):
+        raise CheckpointError(f"checkpoint step must be 'best', 'latest' or a whole number, got {which!r}")
+    try:
+        step = int(which)
+    except ValueError:
+        raise CheckpointError(f"checkpoint step must be 'best', 'latest' or a number, got {which!r}") from None
+    if step not in steps:
+        raise CheckpointError(f"no checkpoint at step {step} in {ckpt.workdir}; available: {steps}")
+    return step
+
+
 def describe_run(ckpt: RunCheckpoints, step: str | int = "best") -> SavedRun:
-    step = ckpt.resolve_step(step)
+    step = resolve_step(ckpt, step)
     saved, tokenizer = ckpt.load_meta(step)
     config = from_json_dict(saved)
     family = get_family(config.model_family)
@@ -60,7 +82,7 @@ def restore_run(ckpt: RunCheckpoints, which: str | int = "best", place=None):
         run = describe_run(ckpt, step)
         return run, ckpt.restore_params(step, place(run))
 
-    first = ckpt.resolve_step(which)
+    first = resolve_step(ckpt, which)
     if which not in (None, "best", "latest"):
         return load(first)
     candidates = [first] + [s for s in reversed(ckpt.all_steps()) if s != first]
@@ -93,3 +115,29 @@ def load_run(workdir: str, step: str | int = "best") -> LoadedRun:
         run, params = restore_run(ckpt, step, on_cpu)
     params = jax.tree_util.tree_map(np.asarray, params)
     return LoadedRun(params, run.model_cfg, run.tokenizer, run.config, run.step, run.family)
+
+
+def first_readable(ckpt, candidates, load, *, set_aside: bool = False):
+    """``(step, load(step))`` for the first of ``candidates`` (steps, best first) that reads; each
+    damaged one is named in a warning and, when ``set_aside``, moved into ``damaged_checkpoints/``
+    once a readable one is found (if none is, all stay where they are); a step deleted meanwhile is
+    skipped. No readable candidate: one CheckpointError listing why."""
+    problems, damaged = [], []
+    for step in candidates:
+        try:
+            result = load(step)
+        except CheckpointDamaged as e:
+            if not os.path.isdir(ckpt.step_dir(step)):  # deleted while being read (another run's keep policy)
+                problems.append(f"{step}: removed while being read")
+                say(f"rank4jax: warning: checkpoint {step} was removed while being read; trying another")
+                ckpt.manager.reload()
+                continue
+            problems.append(f"{step}: {e.reason}")
+            damaged.append(step)
+            say(f"rank4jax: warning: {e}; trying the next older checkpoint")
+            continue
+        for bad in damaged if set_aside else ():
+            say(f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)")
+        return step, result
+    why = "; ".join(problems) or "none saved"
+    raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")

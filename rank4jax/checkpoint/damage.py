@@ -1,11 +1,8 @@
-"""Damaged checkpoints and storage faults: what counts as each and how a run falls back or reports.
+"""Damaged checkpoints and storage faults: what counts as each.
 
 A checkpoint that cannot be read (truncated or missing files, an emptied config or metadata, a missing
 item, an empty step directory, non-finite values) raises :class:`CheckpointDamaged`, never a config
-mismatch. ``first_readable`` walks the steps newest first and takes the first readable one, with a
-warning naming each damaged one; training moves a damaged checkpoint aside into
-``<workdir>/damaged_checkpoints/`` (kept, never deleted); evaluation leaves it in place. A step that
-disappears while it is read (a training run's keep policy deleted it) is skipped the same way. A
+mismatch; ``rank4jax.runs.first_readable`` falls back from it to the newest readable checkpoint. A
 failed save whose cause is the disk (``storage_fault``) is one line (``storage.storage_error``); orbax
 or TensorStore may have logged the same fault before it.
 """
@@ -19,7 +16,7 @@ import re
 import jax
 import jax.numpy as jnp
 
-from rank4jax.errors import CheckpointError, say
+from rank4jax.errors import CheckpointError
 
 # the storage faults a failed save is reported as, by errno: no space, quota, read-only, permission
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
@@ -71,29 +68,3 @@ def check_finite(workdir: str, step: int, tree) -> None:
     floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     if floats and not bool(_all_finite(floats)):
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
-
-
-def first_readable(ckpt, candidates, load, *, set_aside: bool = False):
-    """``(step, load(step))`` for the first of ``candidates`` (steps, best first) that reads; each
-    damaged one is named in a warning and, when ``set_aside``, moved into ``damaged_checkpoints/``
-    once a readable one is found (if none is, all stay where they are); a step deleted meanwhile is
-    skipped. No readable candidate: one CheckpointError listing why."""
-    problems, damaged = [], []
-    for step in candidates:
-        try:
-            result = load(step)
-        except CheckpointDamaged as e:
-            if not os.path.isdir(ckpt.step_dir(step)):  # deleted while being read (another run's keep policy)
-                problems.append(f"{step}: removed while being read")
-                say(f"rank4jax: warning: checkpoint {step} was removed while being read; trying another")
-                ckpt.manager.reload()
-                continue
-            problems.append(f"{step}: {e.reason}")
-            damaged.append(step)
-            say(f"rank4jax: warning: {e}; trying the next older checkpoint")
-            continue
-        for bad in damaged if set_aside else ():
-            say(f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)")
-        return step, result
-    why = "; ".join(problems) or "none saved"
-    raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")

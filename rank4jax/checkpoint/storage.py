@@ -32,12 +32,13 @@ from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, storage_
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 from rank4jax.models.family import SELECTIONS
-from rank4jax.records import CONFIG_FILE, best_validated, read_json
+from rank4jax.records import CONFIG_FILE, best_validated, read_json, refuse_links
 
 CHECKPOINT_DIR = "checkpoints"
 DAMAGED_DIR = "damaged_checkpoints"
-# What a save must find free: SPACE_MARGIN times the largest checkpoint so far, plus SPACE_SLACK (the
-# files TensorStore writes for the same state differ with how its writes were batched).
+# What a save must find free: SPACE_MARGIN times the state's bytes, plus SPACE_SLACK (TensorStore's
+# files for the same state differ in number with how its writes were batched; tiny checkpoints take
+# 172-303 KB).
 SPACE_MARGIN, SPACE_SLACK = 1.25, 2**20
 
 
@@ -65,16 +66,11 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
     if jax.process_index() == 0:  # the processes share the directory
         remove_partial_saves(directory)
     steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
-    intact = [n for n in steps if any(os.scandir(os.path.join(directory, str(n))))]
-    broken = [n for n in steps if n not in intact]  # emptied by a deletion that failed half-way
+    intact = [n for n in steps if any(os.scandir(os.path.join(directory, str(n))))]  # not emptied half-way
     kept = (
-        f"checkpoints {', '.join(map(str, intact))} are intact"
-        if len(intact) > 1
-        else (f"checkpoint {intact[0]} is intact" if intact else "no checkpoint was saved before it")
+        f"checkpoint{'s' * (len(intact) > 1)} {', '.join(map(str, intact))} {'are' if len(intact) > 1 else 'is'} intact"
     )
-    if broken:
-        whose = "its" if len(broken) == 1 else "their"
-        kept += f" ({', '.join(map(str, broken))} incomplete: {whose} files were removed)"
+    kept = kept if intact else "no checkpoint was saved before it"
     if failed in intact:  # the save completed; what followed it (the keep policy's deletions) failed
         return WorkdirError(f"checkpoint {failed} in {workdir} was saved, but what followed it failed: {cause}; {kept}")
     return WorkdirError(f"cannot save checkpoint {failed} in {workdir}: {cause}; {kept}")
@@ -82,9 +78,7 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
 
 def _partial_saves(directory: str) -> list:
     """The directories of saves that did not finish (orbax's temporary checkpoints)."""
-    if not os.path.isdir(directory):
-        return []
-    return [temporary.get() for temporary in ocp.utils.tmp_checkpoints(directory)]
+    return [t.get() for t in ocp.utils.tmp_checkpoints(directory)] if os.path.isdir(directory) else []
 
 
 def remove_partial_saves(directory: str) -> None:
@@ -100,31 +94,11 @@ def _size(n: float, up: bool) -> str:
     return f"{(math.ceil(shown) if up else math.floor(shown)) / 10**digits:.{digits}f} {unit}"
 
 
-def bytes_on_disk(path: str) -> int:
-    """The bytes a directory tree takes on its disk (the blocks allocated to its files)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # removed meanwhile: it takes nothing
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-    return total
-
-
 def free_bytes(directory: str) -> int:
     """The bytes a process may still write on the disk that holds (or will hold) ``directory``."""
     while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
         directory = os.path.dirname(directory)
     return shutil.disk_usage(directory).free
-
-
-def refuse_link(directory: str) -> None:
-    """A WorkdirError when a run's own directory is a symbolic link: followed, a run would write into
-    (and its keep policy delete from) whatever it points to."""
-    if os.path.islink(directory):
-        raise WorkdirError(
-            f"{directory} is a symbolic link (to {os.readlink(directory)}); a run writes only into its own "
-            "directories: replace the link by a copy, or use another --workdir"
-        )
 
 
 def item_handlers() -> dict:
@@ -155,14 +129,13 @@ class RunCheckpoints:
         if read_only and not os.path.isdir(directory):
             raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
         if not read_only:
-            refuse_link(directory)
+            refuse_links(workdir, (CHECKPOINT_DIR,))
             if jax.process_index() == 0:  # the processes share the directory
                 remove_partial_saves(directory)
         self.workdir, self.read_only = workdir, read_only
         saved = read_json(os.path.join(workdir, CONFIG_FILE), "the run's config") or {}
         self.selection = selection or SELECTIONS.get(saved.get("selection"), SELECTIONS["window"])
         self.saving = None  # the step of the latest save requested (asynchronous)
-        self.largest, self.measured = 0, None  # the largest checkpoint's bytes on disk, the last step measured
         policy = pp.AnyPreservationPolicy([pp.LatestN(n=keep), KeepBest(self._best_among)])
         options = ocp.CheckpointManagerOptions(
             preservation_policy=policy, create=not read_only, cleanup_tmp_directories=False
@@ -216,29 +189,9 @@ class RunCheckpoints:
         preemption notice (JAX's preemption sync point, through orbax); False in a single process."""
         return jax.process_count() > 1 and self.manager.reached_preemption(step)
 
-    def resolve_step(self, which: str | int | None) -> int:
-        """'best', 'latest' or a whole step number → an existing step."""
-        steps = self.all_steps()
-        if not steps:
-            raise CheckpointError(f"no checkpoints in {self.workdir}")
-        if which in (None, "best"):
-            return self.best_step(say_fallback=True)
-        if which == "latest":
-            return steps[-1]
-        if isinstance(which, bool) or (isinstance(which, float | np.floating) and not float(which).is_integer()):
-            raise CheckpointError(f"checkpoint step must be 'best', 'latest' or a whole number, got {which!r}")
-        try:
-            step = int(which)
-        except ValueError:
-            raise CheckpointError(f"checkpoint step must be 'best', 'latest' or a number, got {which!r}") from None
-        if step not in steps:
-            raise CheckpointError(f"no checkpoint at step {step} in {self.workdir}; available: {steps}")
-        return step
-
     def _check_room(self, step: int, state) -> None:
         """An unwritable checkpoints/ or a disk that cannot hold the save is one error before any of it
-        is written: ``SPACE_MARGIN`` times the largest checkpoint so far (the state's bytes before the
-        first) plus ``SPACE_SLACK`` must be free."""
+        is written: ``SPACE_MARGIN`` times the state's bytes plus ``SPACE_SLACK`` must be free."""
         directory = checkpoint_dir(self.workdir)
         self.wait_until_finished()  # an earlier save still being written fails first, and is named
         if not os.access(directory, os.W_OK | os.X_OK):
@@ -248,11 +201,8 @@ class RunCheckpoints:
             except OSError as e:
                 error = e
             raise storage_error(error, self.workdir, step) from None
-        latest = self.manager.latest_step()
-        if latest not in (None, self.measured):
-            self.largest, self.measured = max(self.largest, bytes_on_disk(self.step_dir(latest))), latest
         state_bytes = sum(getattr(leaf, "nbytes", 0) for leaf in jax.tree_util.tree_leaves(state))
-        need, free = SPACE_MARGIN * max(self.largest, state_bytes) + SPACE_SLACK, free_bytes(directory)
+        need, free = SPACE_MARGIN * state_bytes + SPACE_SLACK, free_bytes(directory)
         if free < need:
             detail = f"it needs about {_size(need, up=True)}, {_size(free, up=False)} free"
             raise storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), self.workdir, step, detail) from None
@@ -328,7 +278,7 @@ class RunCheckpoints:
     def set_aside(self, step: int) -> str:
         """Move a damaged checkpoint into ``damaged_checkpoints/`` (never deleted); returns where it went."""
         target_dir = os.path.join(os.path.abspath(self.workdir), DAMAGED_DIR)
-        refuse_link(target_dir)
+        refuse_links(self.workdir, (DAMAGED_DIR,))
         os.makedirs(target_dir, exist_ok=True)
         target, n = os.path.join(target_dir, str(step)), 1
         while os.path.exists(target):

@@ -16,7 +16,6 @@ import dataclasses
 import jax
 import ml_collections
 
-from rank4jax.checkpoint.damage import first_readable
 from rank4jax.checkpoint.storage import CHECKPOINT_DIR, RunCheckpoints
 from rank4jax.engine import sharding
 from rank4jax.engine.batches import batch_layout
@@ -35,6 +34,7 @@ from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.models.family import SELECTIONS, ModelFamily, get_family
 from rank4jax.records import refuse_links
+from rank4jax.runs import first_readable
 from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
 
