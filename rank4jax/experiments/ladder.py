@@ -600,14 +600,7 @@ def report_markdown(result: dict) -> str:
             + " | ".join(_accuracy(row, key) for key in CLOZE_RULES)
             + " |"
         )
-    tests = [
-        f"| {width} | {family} | "
-        + " | ".join(f"{tests.get(f'{key}_mcnemar_p_{family}', float('nan')):.3g}" for key in CLOZE_RULES)
-        + " |"
-        for width, tests in sorted(result["rungs"].items())
-        for family in FAMILIES
-        if any(f"{key}_mcnemar_p_{family}" in tests for key in CLOZE_RULES)
-    ]
+    tests = _test_rows(result, "")
     if tests:
         lines += ["", "McNemar's exact p against the rank-4 model at the same rung:", ""]
         lines += ["| D | family | mean CE | PMI | ending only |", "|---|---|---|---|---|", *tests]
@@ -617,14 +610,7 @@ def report_markdown(result: dict) -> str:
                   "trained on, so those accuracies overstate what a held-out set would give."]  # fmt: skip
     for name, record in result.get("diverged", {}).items():
         lines += ["", f"{name} (lr {record['learning_rate']:g}) has no figures: {record['error']}"]
-    against_baseline = [
-        f"| {width} | {family} | {tests[f'lead_{family}']:+.4f} | "
-        + " | ".join(f"{tests.get(f'{key}_mcnemar_p_{family}_vs_baseline', float('nan')):.3g}" for key in CLOZE_RULES)
-        + " |"
-        for width, tests in sorted(result["rungs"].items())
-        for family in FAMILIES
-        if f"lead_{family}" in tests
-    ]
+    against_baseline = _test_rows(result, "_vs_baseline")
     if against_baseline:
         lines += ["", "Against the baseline at the same rung (lead: the baseline's LS(T) − the family's; McNemar's p):"]
         lines += ["", "| D | family | lead | mean CE | PMI | ending only |", "|---|---|---|---|---|---|"]
@@ -634,6 +620,21 @@ def report_markdown(result: dict) -> str:
     for family, fit in result.get("lead_trend", {}).items():
         lines += ["", trend_sentence(family, fit, lead=True)]
     return "\n".join(lines)
+
+
+def _test_rows(result: dict, suffix: str) -> list[str]:
+    """The McNemar tables' rows, one per rung and family that has them: against the rank-4 model
+    (``suffix`` "") or against the baseline ("_vs_baseline", with the family's lead over it)."""
+    rows = []
+    for width, tests in sorted(result["rungs"].items()):
+        for family in FAMILIES:
+            p = [tests.get(f"{key}_mcnemar_p_{family}{suffix}") for key in CLOZE_RULES]
+            lead = tests.get(f"lead_{family}") if suffix else None
+            if all(v is None for v in p) and lead is None:
+                continue
+            cells = ([f"{lead:+.4f}"] if suffix else []) + [f"{float('nan') if v is None else v:.3g}" for v in p]
+            rows.append(f"| {width} | {family} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def quiet_seconds_to_best(row: dict) -> float:
