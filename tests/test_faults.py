@@ -1199,6 +1199,17 @@ def test_refusals_before_any_work(tiny_run_copy, tmp_path, monkeypatch, capsys):
         compare.compare(tiny_config(), tiny_config(model_family="baseline"), str(tmp_path / "cmp"), cloze_contexts=-1)
     assert not (tmp_path / "cmp").exists()
     assert terminal_safe("a\x1b[2Jb\x07") == "a\\x1b[2Jb\\x07"
+    import dataclasses
+
+    from rank4jax.engine.sharding import check_batches_fit
+    from rank4jax.prediction import predict_next
+
+    huge = load_run(str(tiny_run_copy))  # one window's logits beyond memory: named as n_tokens, not the batch
+    huge.model_cfg = dataclasses.replace(huge.model_cfg, n_tokens=10**9)
+    with pytest.raises(ConfigError, match="^model.n_tokens=1,000,000,000: one window's logits need"):
+        predict_next(huge, ["a."] * 4)
+    with pytest.raises(ConfigError, match="^model.n_tokens=1,000,000,000: .* lower model.n_tokens$"):
+        check_batches_fit(tiny_config(**{"model.n_tokens": 10**9}), 200, 1, ("eval_batch_size",))
     run = describe_run(storage.RunCheckpoints(str(tiny_run_copy), read_only=True), "latest")
     run.data_fingerprint, run.config.data.source, run.config.data.path = None, "file", "stories.csv"
     from rank4jax.evaluation.report import check_same_data

@@ -140,10 +140,12 @@ def check_batches_fit(config, vocab_size: int, data_devices: int, names=("batch_
     for name in names:
         needed = -(-config[name] // data_devices) * positions * vocab_size * 4
         if limit and needed > limit:
+            one_window = positions * vocab_size * 4 > limit  # the window itself: no batch size helps
+            culprit = f"model.n_tokens={config.model.n_tokens:,}" if one_window else f"{name}={config[name]:,}"
             raise ConfigError(
-                f"{name}={config[name]:,}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
+                f"{culprit}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
                 f"window, float32) need {needed / 2**30:,.1f} GiB per device, more than the {limit / 2**30:,.1f} GiB "
-                f"a {device.platform} device has here; lower {name}"
+                f"a {device.platform} device has here; lower {'model.n_tokens' if one_window else name}"
             )
 
 
