@@ -53,19 +53,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
 
 
-def _config_files(argv: list[str]) -> list[str]:
-    """The ``--<flag>=<file>.py`` arguments (config files)."""
-    files = []
-    for arg in argv[1:]:
-        name, _, value = arg.partition("=")
-        if arg.startswith("--") and "." not in name and value.endswith(".py"):
-            files.append(value)
-    return files
-
-
 def _raised_in_config_file(error: BaseException, argv: list[str]) -> bool:
     """Whether the exception comes from a config file's own code (a frame in it, or its syntax)."""
-    files = {os.path.abspath(path) for path in _config_files(argv)}
+    files = {os.path.abspath(path) for path in config_file_arguments(argv).values()}
     if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) in files:
         return True
     return any(os.path.abspath(frame.filename) in files for frame in traceback.extract_tb(error.__traceback__))
@@ -73,13 +63,8 @@ def _raised_in_config_file(error: BaseException, argv: list[str]) -> bool:
 
 def _missing_get_config(error: BaseException, argv: list[str]) -> str | None:
     """The config file named on the command line that defines no ``get_config``, behind ``error``."""
-    if "has no attribute 'get_config'" not in str(error):
-        return None
-    for path in _config_files(argv):
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                if "def get_config" not in f.read():
-                    return path
+    if "has no attribute 'get_config'" in str(error):
+        return next(iter(config_file_arguments(argv).values()), None)
     return None
 
 
