@@ -258,7 +258,7 @@ class RunCheckpoints:
             return self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the files are unreadable
             error = CheckpointDamaged(self.workdir, step, e)  # keeps the reason only, not the frames
-        gc.collect()  # what the failed restore abandoned is collected now: the libraries' lines come first
+        gc.collect()  # what the failed restore abandoned and no one holds is collected now, before our line
         raise error
 
     def load_meta(self, step: int):
