@@ -68,13 +68,20 @@ def test_state_is_sharded_by_name_and_step_compiles_once():
     wq = state.params["layers"][0]["attn"]["wq"]
     assert len(wq.addressable_shards) == 2 and wq.addressable_shards[0].data.shape[0] == model_cfg.n_heads // 2
     rng = np.random.default_rng(0)
+    shape = (config.batch_size, model_cfg.n_slices + 1, model_cfg.n_tokens)
+    batches = [rng.integers(0, 50, shape, dtype=np.int32) for _ in range(3)]
     with compile_log() as compiled:
-        for _ in range(3):
-            shape = (config.batch_size, model_cfg.n_slices + 1, model_cfg.n_tokens)
-            batch = rng.integers(0, 50, shape, dtype=np.int32)
+        for batch in batches:
             state, metrics = programs.train_step(state, sharding.put_batch(batch, programs.batch_sharding))
-        assert np.isfinite(float(metrics["loss"])) and int(state.step) == 3
     assert compiled == ["jit(train_step)"]  # one program for the three steps
+    single = build_programs(RANK4, model_cfg, optim_key(config.optim), sharding.make_mesh(1, 1))
+    alone = single.init(jax.random.key(0))  # the same three steps on one device: the same loss and state
+    for batch in batches:
+        alone, alone_metrics = single.train_step(alone, sharding.put_batch(batch, single.batch_sharding))
+    assert int(state.step) == int(alone.step) == 3
+    np.testing.assert_allclose(float(metrics["loss"]), float(alone_metrics["loss"]), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(alone.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(
