@@ -58,12 +58,12 @@ def test_cached_decode_equals_full_recomputation():
         params = numpy_params(bl.init_params, cfg, np.float64)  # at the init's scale; nothing to compile
         for forced in (False, True):
             out = decode(params, windows_with_padding(), cfg, teacher_forcing=forced)
-            full = full_logits(params, out, out["fed"], cfg)
+            full = full_logits(params, out, out["fed"], cfg)["logits"]
             np.testing.assert_allclose(np.asarray(out["logits"]), np.asarray(full), rtol=0, atol=1e-10)
     params32 = numpy_params(bl.init_params, cfg)
     out = decode(params32, windows_with_padding(), cfg)
     np.testing.assert_allclose(
-        np.asarray(out["logits"]), np.asarray(full_logits(params32, out, out["fed"], cfg)), atol=1e-5
+        np.asarray(out["logits"]), np.asarray(full_logits(params32, out, out["fed"], cfg)["logits"]), atol=1e-5
     )
 
 

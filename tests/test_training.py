@@ -129,7 +129,7 @@ def test_params_restore_alone_equals_the_full_state_restore(tiny_run):
     _params_close(alone, state.params, atol=0)
 
 
-def test_run_logs_norms_tensorboard_and_compiled_memory(tiny_run):
+def test_run_logs_norms_tensorboard_and_compiled_memory(tiny_run, tmp_path):
     import struct
 
     from tensorboardX.proto import event_pb2
@@ -137,7 +137,13 @@ def test_run_logs_norms_tensorboard_and_compiled_memory(tiny_run):
     train_records = read_metrics(str(tiny_run))["train"]
     for r in train_records:  # L2 norms of parameters, gradients and updates with the loss
         assert all(np.isfinite(r[k]) and r[k] > 0 for k in ("grad_norm", "update_norm", "param_norm"))
-    assert train_records[0]["update_norm"] < train_records[0]["param_norm"]
+    every = tiny_config(num_steps=3, log_every=1, eval_every=1, checkpoint_every=1, keep_checkpoints=3)
+    train(every, str(tmp_path))  # a checkpoint every step: the logged update is the step's own change
+    logged = {r["step"]: r["update_norm"] for r in read_metrics(str(tmp_path))["train"]}
+    for step in (2, 3):
+        before, after = (jax.tree.leaves(load_run(str(tmp_path), s).params) for s in (step - 1, step))
+        change = np.sqrt(sum(np.sum((np.asarray(b, np.float64) - a) ** 2) for a, b in zip(before, after, strict=True)))
+        assert logged[step] == pytest.approx(change, rel=1e-4)
     for step in (4, 6):  # the logged parameter norm is the saved parameters' (the step's own, not a mean)
         leaves = jax.tree.leaves(load_run(str(tiny_run), step).params)
         norm = np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in leaves))

@@ -208,9 +208,9 @@ def decode(
     return {"logits": all_logits, "fed": jnp.swapaxes(fed, 0, 1), "aux": aux, **packed}
 
 
-def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> jax.Array:
-    """The same logits by full recomputation (no cache): the whole sequence of context and fed tokens
-    in one causal pass. Used to check the cached decode; (B, J, V)."""
+def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> dict:
+    """The cached decode's ``logits`` (B, J, V) and ``aux`` by full recomputation (no cache): the whole
+    sequence of context and fed tokens in one causal pass. Used to check the cached decode."""
     batch, lc = fed.shape[0], cfg.context_slots
     n_slots = lc + cfg.n_tokens
     tokens = jnp.concatenate([packed["context"], fed], axis=1)
@@ -221,8 +221,10 @@ def full_logits(params, packed: dict, fed: jax.Array, cfg: BaselineConfig) -> ja
     key_ok = (jnp.arange(n_slots)[:, None] >= jnp.arange(n_slots)[None, :])[None] & valid[:, None, :]
     x = _embed(params, tokens, positions, cfg)
     read = _target_slots(packed["context_len"], cfg, cfg.n_tokens)
-    logits, _ = _run(params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=False, rng=None, read=read)
-    return logits
+    logits, caches = _run(
+        params, x, _empty_caches(params, batch, cfg), 0, key_ok, cfg, train=False, rng=None, read=read
+    )
+    return {"logits": logits, "aux": cfg.score.cached_aux(caches).astype(logits.dtype)}
 
 
 def stream_logits(params, inputs: jax.Array, cfg: BaselineConfig, *, train=False, rng=None) -> jax.Array:
