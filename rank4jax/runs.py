@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -24,6 +25,7 @@ from rank4jax.engine.sharding import with_shardings
 from rank4jax.engine.state import TrainState, abstract_train_state
 from rank4jax.errors import CheckpointError, say
 from rank4jax.models.family import ModelFamily, get_family
+from rank4jax.records import refuse_links
 
 
 @dataclasses.dataclass
@@ -117,6 +119,23 @@ def load_run(workdir: str, step: str | int = "best") -> LoadedRun:
     return LoadedRun(params, run.model_cfg, run.tokenizer, run.config, run.step, run.family)
 
 
+DAMAGED_DIR = "damaged_checkpoints"
+
+
+def move_aside(ckpt, step: int) -> str:
+    """Move ``ckpt``'s damaged checkpoint ``step`` into ``damaged_checkpoints/`` (never deleted); returns
+    where it went."""
+    target_dir = os.path.join(os.path.abspath(ckpt.workdir), DAMAGED_DIR)
+    refuse_links(ckpt.workdir, (DAMAGED_DIR,))
+    os.makedirs(target_dir, exist_ok=True)
+    target, n = os.path.join(target_dir, str(step)), 1
+    while os.path.exists(target):
+        target, n = os.path.join(target_dir, f"{step}.{n}"), n + 1
+    shutil.move(ckpt.step_dir(step), target)
+    ckpt.manager.reload()
+    return target
+
+
 def first_readable(ckpt, candidates, load, *, set_aside: bool = False):
     """``(step, load(step))`` for the first of ``candidates`` (steps, best first) that reads; each
     damaged one is named in a warning and, when ``set_aside``, moved into ``damaged_checkpoints/``
@@ -137,7 +156,7 @@ def first_readable(ckpt, candidates, load, *, set_aside: bool = False):
             say(f"rank4jax: warning: {e}; trying the next older checkpoint")
             continue
         for bad in damaged if set_aside else ():
-            say(f"rank4jax: moved damaged checkpoint {bad} to {ckpt.set_aside(bad)} (kept for inspection)")
+            say(f"rank4jax: moved damaged checkpoint {bad} to {move_aside(ckpt, bad)} (kept for inspection)")
         return step, result
     why = "; ".join(problems) or "none saved"
     raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")

@@ -1,15 +1,11 @@
 """orbax-checkpoint storage of a run, through orbax's public API only.
 
-A checkpoint (``checkpoints/<step>/``) holds five items: ``params`` (the parameters) and
-``opt_state`` (the rest of the train state: step, optimiser state, dropout key), each saved with
-``StandardSave``, so a parameters-only restore (evaluation, ``load_run``) is a plain restore of one
-item; ``data_iter`` (the data pipeline's position, ``get_state()`` as JSON: the same for any process
-count), ``config`` and ``tokenizer`` (JSON). Every checkpoint is self-contained, and readable by
-orbax alone (docs/operations.md). One preservation policy keeps the latest ``keep`` checkpoints and
-the best one; the best is the validated checkpoint with the lowest selection loss, by the validations
-the run logs (``rank4jax.records``). Checkpoints written before this layout are read by
-``rank4jax.checkpoint.legacy``; what to do with an unreadable one is ``rank4jax.checkpoint.damage``.
-"""
+A checkpoint (``checkpoints/<step>/``) holds five items: ``params`` and ``opt_state`` (the rest of the
+train state), each a ``StandardSave``, so evaluation restores one item; ``data_iter`` (the pipeline's
+``get_state()``, the same for any process count), ``config`` and ``tokenizer`` (JSON). orbax alone
+reads it (docs/operations.md). The policy keeps the latest ``keep`` and the best: the checkpoint whose
+logged validation (``rank4jax.records``) has the lowest selection loss. ``legacy`` reads the earlier
+layout; ``damage`` says what an unreadable checkpoint is."""
 
 from __future__ import annotations
 
@@ -35,7 +31,6 @@ from rank4jax.models.family import SELECTIONS
 from rank4jax.records import CONFIG_FILE, best_validated, read_json, refuse_links
 
 CHECKPOINT_DIR = "checkpoints"
-DAMAGED_DIR = "damaged_checkpoints"
 # What a save must find free: SPACE_MARGIN times the state's bytes, plus SPACE_SLACK (TensorStore's
 # files for the same state differ in number with how its writes were batched; tiny checkpoints take
 # 172-303 KB).
@@ -274,18 +269,6 @@ class RunCheckpoints:
 
     def step_dir(self, step: int) -> str:
         return os.path.join(checkpoint_dir(self.workdir), str(step))
-
-    def set_aside(self, step: int) -> str:
-        """Move a damaged checkpoint into ``damaged_checkpoints/`` (never deleted); returns where it went."""
-        target_dir = os.path.join(os.path.abspath(self.workdir), DAMAGED_DIR)
-        refuse_links(self.workdir, (DAMAGED_DIR,))
-        os.makedirs(target_dir, exist_ok=True)
-        target, n = os.path.join(target_dir, str(step)), 1
-        while os.path.exists(target):
-            target, n = os.path.join(target_dir, f"{step}.{n}"), n + 1
-        shutil.move(self.step_dir(step), target)
-        self.manager.reload()
-        return target
 
     def _check_fits(self, step: int, item: str, abstract) -> None:
         """The arrays ``abstract`` asks for against the item's own metadata (no array read): a saved config
