@@ -72,11 +72,8 @@ def test_help_lists_flags():
     # absl's --help prints usage to stdout and exits with status 1 (its convention)
     out = run("train.py", "--help")
     assert "--workdir" in out.stdout and "--config" in out.stdout and "Traceback" not in out.stderr
-    out = run("eval.py", "--help")
+    out = run("eval.py", "--help")  # the other commands' flags: tests/test_docs.py, from their sources
     assert "--split" in out.stdout and "--step" in out.stdout and "Traceback" not in out.stderr
-    for script, flag in (("zpx_plan.py", "--center_weight"), ("splm_report.py", "--workdir")):
-        out = run(script, "--help")
-        assert flag in out.stdout and "Traceback" not in out.stderr
 
 
 def test_family_config_errors_are_one_line_before_any_data_is_read(tmp_path):
@@ -85,11 +82,6 @@ def test_family_config_errors_are_one_line_before_any_data_is_read(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith("error: unknown config key 'dropout'")
     out = run("train.py", f"--workdir={tmp_path}", "--config.model.zpx.score=zpx")
     assert out.returncode == 2 and "zpx.score must be one of" in out.stderr and "Traceback" not in out.stderr
-
-
-def test_unknown_config_key_is_one_clear_error(tmp_path):
-    out = run("train.py", f"--workdir={tmp_path}", "--config.no_such_key=1")
-    assert out.returncode != 0 and "no_such_key" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_bad_value_and_missing_data_are_one_line_errors(tmp_path):
@@ -107,13 +99,11 @@ def test_eval_without_checkpoints_is_a_clear_error(tmp_path):
     assert out.returncode == 2 and "error: no checkpoints in" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_missing_config_file_and_nested_unknown_key(tmp_path):
+def test_missing_config_file(tmp_path):  # an unknown (nested) key: test_print_config_lists_every_key_…
     out = run("train.py", f"--workdir={tmp_path}", "--config=configs/nope.py")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "error: --config: no such config file: configs/nope.py"
     ]
-    out = run("train.py", f"--workdir={tmp_path}", "--config.model.nope=3")
-    assert out.returncode == 2 and "error: unknown config key 'nope'" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_a_config_file_is_the_users_python(tmp_path):
