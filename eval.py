@@ -19,8 +19,6 @@ from absl import app, flags, logging  # noqa: E402
 
 from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals  # noqa: E402
 from rank4jax.errors import say  # noqa: E402
-from rank4jax.evaluation.report import evaluate_run  # noqa: E402
-from rank4jax.training.metrics import plot_curves  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
 _SPLIT = flags.DEFINE_enum(
@@ -41,6 +39,11 @@ _CONTEXTS = flags.DEFINE_integer(
 
 
 def main(argv):
+    # JAX and the evaluator import here, after the flags parsed (--help and a bad flag answer at once),
+    # still under the Ctrl-C handler above
+    from rank4jax.evaluation.report import evaluate_run
+    from rank4jax.training.metrics import plot_curves
+
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:

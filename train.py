@@ -18,9 +18,7 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors  # noqa: E402
-from rank4jax.engine.run_config import validate  # noqa: E402
 from rank4jax.errors import SIGNAL_STATUS, SignalInterrupt, say  # noqa: E402
-from rank4jax.training.loop import train  # noqa: E402
 
 with config_flag_errors():
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
@@ -37,6 +35,10 @@ _PRINT_CONFIG = flags.DEFINE_bool(
 
 
 def main(argv):
+    # JAX and the trainer import here, after the flags parsed: --help and a bad flag or config file answer at once
+    from rank4jax.engine.run_config import validate
+    from rank4jax.training.loop import train
+
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
