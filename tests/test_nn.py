@@ -341,11 +341,12 @@ class ContinuousGrid(nnx.Module):
 def test_a_continuous_grid_model_trains():
     """Each cell's target is the grid's mean of feature 0 (readable only by attending to every cell):
     adamw under nnx.jit takes the MSE to below a tenth of the targets' variance (what the best constant
-    would score): 0.0026 against 0.076 after 150 steps."""
+    would score): 0.0071 against 0.092 after 100 steps. (A token grid classified by a model of one's own
+    with dropout from its Rngs: notebooks/flax_modules.ipynb, checked by tests/test_notebooks.py.)"""
     model = ContinuousGrid(nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
-    features = jax.random.normal(jax.random.key(1), (128, 4, 3, 3))
-    targets = jnp.broadcast_to(jnp.mean(features[..., 0], axis=(1, 2), keepdims=True), (128, 4, 3))
+    features = jax.random.normal(jax.random.key(2), (64, 4, 3, 3))
+    targets = jnp.broadcast_to(jnp.mean(features[..., 0], axis=(1, 2), keepdims=True), (64, 4, 3))
 
     @nnx.jit
     def step(model, optimizer):
@@ -353,52 +354,9 @@ def test_a_continuous_grid_model_trains():
         optimizer.update(model, grads)
         return loss
 
-    losses = [float(step(model, optimizer)) for _ in range(150)]
+    losses = [float(step(model, optimizer)) for _ in range(100)]
     variance = float(jnp.var(targets))
     assert losses[-1] < 0.1 * variance, (losses[0], losses[-1], variance)
-
-
-class GridClassifier(nnx.Module):
-    """A model of one's own: a 3 × 5 grid of tokens ("frames × patches"), embedded to (dx, dt) fibers
-    with learned positions, two rank-4 blocks, mean pooling, a linear head over 4 classes."""
-
-    def __init__(self, rngs: nnx.Rngs, vocab=4, dx=4, dt=2):
-        self.fiber = (dx, dt)
-        self.embed = nnx.Embed(vocab, dx * dt, rngs=rngs)
-        self.position = nnx.Param(0.1 * jax.random.normal(rngs.params(), (3, 5, dx * dt)))
-        self.blocks = nnx.List([r4nn.Rank4Block(dx, dt, 2, dropout=0.0, rngs=rngs) for _ in range(2)])
-        self.norm = r4nn.FiberLayerNorm(dx, dt)
-        self.head = nnx.Linear(dx * dt, 4, rngs=rngs)
-
-    def __call__(self, tokens):  # (B, 3, 5) → (B, 4)
-        x = (self.embed(tokens) + self.position[...]).reshape(tokens.shape + self.fiber)  # (B, 3, 5, dx, dt)
-        mask = jnp.ones(tokens.shape, bool)
-        for block in self.blocks:
-            x = block(x, mask)
-        pooled = jnp.mean(self.norm(x), axis=(1, 2))  # (B, dx, dt)
-        return self.head(pooled.reshape(tokens.shape[0], -1))
-
-
-def test_custom_model_trains_with_nnx_optimizer():
-    """The class is the token in cell (0, 0) — readable from the pooled grid only by attending to that
-    cell. adamw under nnx.jit takes the cross-entropy from log 4 = 1.386 to below 0.05."""
-    model = GridClassifier(nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
-    tokens = jax.random.randint(jax.random.key(1), (256, 3, 5), 0, 4)
-    labels = tokens[:, 0, 0]
-
-    @nnx.jit
-    def step(model, optimizer):
-        def loss_fn(model):
-            return optax.softmax_cross_entropy_with_integer_labels(model(tokens), labels).mean()
-
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
-        optimizer.update(model, grads)
-        return loss
-
-    losses = [float(step(model, optimizer)) for _ in range(150)]
-    assert losses[0] > 1.0
-    assert losses[-1] < 0.05, losses[-10:]
 
 
 def test_linen_model_through_to_linen():
