@@ -1,8 +1,8 @@
 """Preemption with real signals (issue 19): SIGTERM saves within seconds, a second signal during the
 save harms nothing, and a multi-stage command stops at its interrupted stage.
 
-The Story Cloze config trains a realistic model on ``../shared/data`` (skipped where that is
-absent). The exact resume after a signal and the best-step rule are in
+The SIGTERM test trains the Story Cloze config's realistic model on ``../shared/data`` (skipped
+where that is absent); the multi-stage one, two tiny runs. The exact resume after a signal and the best-step rule are in
 ``test_training.test_interrupted_run_resumes_to_identical_parameters``.
 """
 
@@ -80,16 +80,21 @@ def test_sigterm_saves_within_seconds_and_a_second_signal_harms_nothing(tmp_path
         assert json.load(f)["interrupted"] == "SIGTERM"
 
 
-def test_compare_stops_at_an_interrupted_first_stage(tmp_path, cloze_path):
+def test_compare_stops_at_an_interrupted_first_stage(tmp_path):
+    """The two stages are the tiny runs (config files of the user's kind, from tests/helpers), long
+    enough to be training when the signal comes."""
     workdir = str(tmp_path / "cmp")
+    for family in ("rank4", "baseline"):
+        (tmp_path / f"{family}.py").write_text(
+            "from tests.helpers import tiny_config\n\n\ndef get_config():\n"
+            f"    return tiny_config(model_family={family!r}, num_steps=100_000, eval_every=1000,\n"
+            "                       checkpoint_every=1000)\n"
+        )
     proc = _start(
         "compare.py",
-        "--rank4_config=configs/storycloze.py",
-        "--baseline_config=configs/baseline_storycloze.py",
+        f"--rank4_config={tmp_path / 'rank4.py'}",
+        f"--baseline_config={tmp_path / 'baseline.py'}",
         f"--workdir={workdir}",
-        "--rank4_config.log_every=2",
-        "--rank4_config.progress_bar=False",
-        "--rank4_config.batch_layout=rule",
     )
     _wait_for_training(os.path.join(workdir, "rank4", "metrics.jsonl"), proc)
     elapsed, stderr = _signal_and_wait(proc, (signal.SIGTERM,))
