@@ -144,12 +144,12 @@ def check_args(args):
     import tempfile
 
     from rank4jax.errors import ConfigError
+    from rank4jax.evaluation.report import check_count
 
     for name in ("probe_steps", "validations"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name} must be a positive integer, got {getattr(args, name)}")
-    if args.cloze_contexts < 0:
-        raise ConfigError(f"--cloze_contexts must be a non-negative integer, got {args.cloze_contexts}")
+    check_count("--cloze_contexts", args.cloze_contexts)
     if not (math.isfinite(args.budget_s) and args.budget_s > 0):
         raise ConfigError(f"--budget_s must be a positive number of seconds, got {args.budget_s:g}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -163,7 +163,7 @@ def run(args) -> dict:
     from rank4jax.engine.data_setup import prepare_data
     from rank4jax.errors import DataError
     from rank4jax.experiments import ladder as lad
-    from rank4jax.records import write_json, write_text
+    from rank4jax.records import write_text
 
     clock, seconds = time.perf_counter(), {}
     data_dir = args.data_dir or next((d for d in DATA_DIRS if os.path.isfile(os.path.join(d, ROCSTORIES))), None)
@@ -188,10 +188,10 @@ def run(args) -> dict:
     text = report(result, plan, args, seconds)
     os.makedirs(args.out, exist_ok=True)
     write_text(os.path.join(args.out, "paper_comparison.md"), text)
-    write_json(os.path.join(args.out, "paper_comparison.json"), json.loads(json.dumps(
-        {"plan": plan, "seconds": seconds, "result": result}, default=str)))  # fmt: skip
+    everything = {"plan": plan, "seconds": seconds, "result": result}
+    write_text(os.path.join(args.out, "paper_comparison.json"), json.dumps(everything, indent=2, default=str))
     print(text)
-    return {"plan": plan, "seconds": seconds, "result": result}
+    return everything
 
 
 if __name__ == "__main__":

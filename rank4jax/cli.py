@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import traceback
@@ -62,10 +63,10 @@ def _raised_in_config_file(error: BaseException, argv: list[str]) -> bool:
 
 
 def _missing_get_config(error: BaseException, argv: list[str]) -> str | None:
-    """The config file named on the command line that defines no ``get_config``, behind ``error``."""
-    if "has no attribute 'get_config'" in str(error):
-        return next(iter(config_file_arguments(argv).values()), None)
-    return None
+    """The config file named on the command line that defines no ``get_config``, behind ``error``
+    (ml_collections loads the file of flag ``--<name>`` as module ``<name>_config``)."""
+    match = re.search(r"module '(\w+)_config' has no attribute 'get_config'", str(error))
+    return config_file_arguments(argv).get(match.group(1)) if match else None
 
 
 def _flag_exception(error: BaseException, argv: list[str]) -> None:

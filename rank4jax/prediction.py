@@ -24,7 +24,7 @@ import numpy as np
 
 from rank4jax.data.windows import encode_state
 from rank4jax.engine.run_config import check_seed
-from rank4jax.engine.sharding import device_memory_bytes
+from rank4jax.engine.sharding import check_window_fits
 from rank4jax.errors import ConfigError
 from rank4jax.models import decoding
 from rank4jax.models.family import get_family
@@ -58,14 +58,7 @@ def _next_state(params, inputs, key, *, family_name, cfg, temperature, top_k):
 
 def _check(run, sentences, rollout, temperature, top_k, seed=0) -> None:
     check_seed("seed", seed)
-    cfg = run.model_cfg
-    window = cfg.n_tokens * cfg.n_slices * cfg.vocab_size * 4  # one window's float32 logits
-    limit = device_memory_bytes(jax.local_devices()[0])
-    if limit and window > limit:
-        raise ConfigError(
-            f"model.n_tokens={cfg.n_tokens:,}: one window's logits need {window / 2**30:,.1f} GiB, more than the "
-            f"{limit / 2**30:,.1f} GiB this device has"
-        )
+    check_window_fits(run.model_cfg.n_tokens, run.model_cfg.n_slices, run.model_cfg.vocab_size)
     family = run.family
     if isinstance(sentences, str) or not sentences or not all(isinstance(s, str) and s.strip() for s in sentences):
         raise ConfigError("predict_next needs a list of non-empty sentences")

@@ -15,11 +15,14 @@ from rank4jax.errors import WorkdirError, say
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
 CONFIG_FILE = "config.json"  # the run's resolved config, written when it starts
+LOCK_FILE = ".lock"  # the one-writer lock (rank4jax.training.workdir_lock)
+CHECKPOINT_DIR = "checkpoints"  # orbax's checkpoint directories, one per step
+DAMAGED_DIR = "damaged_checkpoints"  # where training moves a checkpoint it cannot read (rank4jax.runs)
 
 
 # the files and directories a run writes in its workdir (besides the TensorBoard event files)
-OWN_PATHS = (".lock", CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, "checkpoints", "damaged_checkpoints", "eval", "plots",
-             "profile")  # fmt: skip
+OWN_PATHS = (LOCK_FILE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR, DAMAGED_DIR)
+OWN_PATHS += ("eval", "plots", "profile")
 
 
 def write_text(path: str, text: str) -> None:
@@ -47,7 +50,7 @@ def refuse_links(workdir: str, names=OWN_PATHS) -> None:
     is a symbolic link: followed, a write would land outside the workdir (and a keep policy delete
     there). Nothing has been written when it is raised."""
     paths = [os.path.join(workdir, name) for name in names]
-    checkpoints = os.path.join(workdir, "checkpoints")
+    checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
     if os.path.isdir(checkpoints) and not os.path.islink(checkpoints):
         paths += sorted(os.path.join(checkpoints, name) for name in os.listdir(checkpoints))
     for path in paths:

@@ -25,7 +25,7 @@ from rank4jax.engine.sharding import with_shardings
 from rank4jax.engine.state import TrainState, abstract_train_state
 from rank4jax.errors import CheckpointError, say
 from rank4jax.models.family import ModelFamily, get_family
-from rank4jax.records import refuse_links
+from rank4jax.records import DAMAGED_DIR, refuse_links
 
 
 @dataclasses.dataclass
@@ -117,9 +117,6 @@ def load_run(workdir: str, step: str | int = "best") -> LoadedRun:
         run, params = restore_run(ckpt, step, on_cpu)
     params = jax.tree_util.tree_map(np.asarray, params)
     return LoadedRun(params, run.model_cfg, run.tokenizer, run.config, run.step, run.family)
-
-
-DAMAGED_DIR = "damaged_checkpoints"
 
 
 def move_aside(ckpt, step: int) -> str:

@@ -124,8 +124,12 @@ def test_a_config_file_is_the_users_python(tmp_path):
     noget.write_text("x = 1\n")
     error = SyntaxError("invalid syntax", (str(syntax), 1, 15, "def get_config(:\n"))
     assert _raised_in_config_file(error, ["train.py", f"--config={syntax}"])  # raised: its traceback
-    missing = AttributeError("module 'noget_config' has no attribute 'get_config'")
+    # ml_collections loads --<flag>'s file as module <flag>_config: the file named is that flag's, not the first
+    missing = AttributeError("module 'config_config' has no attribute 'get_config'")
     assert _missing_get_config(missing, ["train.py", f"--config={noget}"]) == str(noget)
+    two = ["compare.py", "--rank4_config=configs/storycloze.py", f"--baseline_config={noget}"]
+    missing = AttributeError("module 'baseline_config_config' has no attribute 'get_config'")
+    assert _missing_get_config(missing, two) == str(noget)
     with pytest.raises(ConfigError, match="get_config\\(\\) returned int, not an ml_collections.ConfigDict"):
         config_value(types.SimpleNamespace(value=3))
 

@@ -1045,7 +1045,7 @@ def test_a_signal_lost_in_a_finalizer_while_starting_still_stops_the_run():
 def test_a_storage_fault_after_a_completed_save_names_what_is_really_on_disk(tmp_path):
     """chattr +i on checkpoints/ as save 60 finished: the message said "cannot save checkpoint 60 …;
     checkpoints 20, 40 are intact" where 60 was complete and 20 an emptied directory (its deletion by
-    the keep policy failed half-way). It now names the checkpoints that hold files."""
+    the keep policy failed half-way). It now says what each directory holds."""
     import errno
 
     checkpoints = tmp_path / "checkpoints"
@@ -1056,11 +1056,12 @@ def test_a_storage_fault_after_a_completed_save_names_what_is_really_on_disk(tmp
     error = storage.storage_error(OSError(errno.EPERM, "Operation not permitted"), str(tmp_path), 60)
     assert str(error) == (
         f"checkpoint 60 in {tmp_path} was saved, but what followed it failed: Operation not permitted; "
-        "checkpoints 40, 60 are intact"
+        "checkpoints 40, 60 are intact (20 incomplete: its files were removed)"
     )
     error = storage.storage_error(OSError(errno.ENOSPC, "No space left on device"), str(tmp_path), 80)
-    assert (
-        str(error) == f"cannot save checkpoint 80 in {tmp_path}: No space left on device; checkpoints 40, 60 are intact"
+    assert str(error) == (
+        f"cannot save checkpoint 80 in {tmp_path}: No space left on device; checkpoints 40, 60 are intact "
+        "(20 incomplete: its files were removed)"
     )
 
 

@@ -28,9 +28,8 @@ from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, storage_
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 from rank4jax.models.family import SELECTIONS
-from rank4jax.records import CONFIG_FILE, best_validated, read_json, refuse_links
+from rank4jax.records import CHECKPOINT_DIR, CONFIG_FILE, best_validated, read_json, refuse_links
 
-CHECKPOINT_DIR = "checkpoints"
 # What a save must find free: SPACE_MARGIN times the state's bytes, plus SPACE_SLACK (TensorStore's
 # files for the same state differ in number with how its writes were batched; tiny checkpoints take
 # 172-303 KB).
@@ -61,11 +60,14 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
     if jax.process_index() == 0:  # the processes share the directory
         remove_partial_saves(directory)
     steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
-    intact = [n for n in steps if any(os.scandir(os.path.join(directory, str(n))))]  # not emptied half-way
-    kept = (
-        f"checkpoint{'s' * (len(intact) > 1)} {', '.join(map(str, intact))} {'are' if len(intact) > 1 else 'is'} intact"
-    )
+    intact = [n for n in steps if any(os.scandir(os.path.join(directory, str(n))))]
+    broken = [n for n in steps if n not in intact]  # emptied by a deletion that failed half-way
+    many = len(intact) > 1
+    kept = f"checkpoint{'s' * many} {', '.join(map(str, intact))} {'are' if many else 'is'} intact"
     kept = kept if intact else "no checkpoint was saved before it"
+    if broken:
+        whose = "its" if len(broken) == 1 else "their"
+        kept += f" ({', '.join(map(str, broken))} incomplete: {whose} files were removed)"
     if failed in intact:  # the save completed; what followed it (the keep policy's deletions) failed
         return WorkdirError(f"checkpoint {failed} in {workdir} was saved, but what followed it failed: {cause}; {kept}")
     return WorkdirError(f"cannot save checkpoint {failed} in {workdir}: {cause}; {kept}")

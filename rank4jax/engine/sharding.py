@@ -130,22 +130,35 @@ def check_state_fits(abstract_state, shardings, n_params: int) -> None:
         )
 
 
+def check_window_fits(n_tokens: int, n_slices: int, vocab_size: int) -> None:
+    """Refuse a window whose logits alone (N × T positions × V tokens in float32) exceed a device's
+    memory: no batch size helps, so the error names ``model.n_tokens``."""
+    device = jax.local_devices()[0]
+    limit = device_memory_bytes(device)
+    window = n_tokens * n_slices * vocab_size * 4
+    if limit and window > limit:
+        raise ConfigError(
+            f"model.n_tokens={n_tokens:,}: one window's logits need {window / 2**30:,.1f} GiB ({n_tokens * n_slices:,} "
+            f"positions × {vocab_size:,} tokens, float32), more than the {limit / 2**30:,.1f} GiB a {device.platform} "
+            "device has here; lower model.n_tokens"
+        )
+
+
 def check_batches_fit(config, vocab_size: int, data_devices: int, names=("batch_size", "eval_batch_size")) -> None:
     """Refuse, before anything is allocated, a batch size whose logits alone (B × N × T positions ×
     V tokens in float32, the largest tensor a step makes) exceed a device's share of memory; otherwise
     an evaluation batch of 10⁸ windows trained for a whole interval and then failed allocating."""
+    check_window_fits(config.model.n_tokens, config.model.n_slices, vocab_size)
     device = jax.local_devices()[0]
     limit = device_memory_bytes(device)
     positions = config.model.n_tokens * config.model.n_slices
     for name in names:
         needed = -(-config[name] // data_devices) * positions * vocab_size * 4
         if limit and needed > limit:
-            one_window = positions * vocab_size * 4 > limit  # the window itself: no batch size helps
-            culprit = f"model.n_tokens={config.model.n_tokens:,}" if one_window else f"{name}={config[name]:,}"
             raise ConfigError(
-                f"{culprit}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
+                f"{name}={config[name]:,}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
                 f"window, float32) need {needed / 2**30:,.1f} GiB per device, more than the {limit / 2**30:,.1f} GiB "
-                f"a {device.platform} device has here; lower {'model.n_tokens' if one_window else name}"
+                f"a {device.platform} device has here; lower {name}"
             )
 
 

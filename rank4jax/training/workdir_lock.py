@@ -24,8 +24,7 @@ import sys
 import time
 
 from rank4jax.errors import WorkdirBusyError, WorkdirError, say
-
-LOCK_FILE = ".lock"
+from rank4jax.records import LOCK_FILE
 
 
 def _holder(path: str) -> str:
