@@ -508,18 +508,3 @@ def test_a_damaged_metrics_log_is_read_around_its_bad_lines(tmp_path, capsys):
     path.write_text(json.dumps(good[0]) + '\n{"step": 3, "spl')
     assert read_metrics(str(tmp_path)) == {"train": [good[0]]} and capsys.readouterr().err == ""
 
-
-def test_the_products_own_xla_flags_train_the_same_run(tmp_path, tiny_run):
-    """Every other test compiles at the suite's XLA flags (tests/conftest.py); this one runs train.py
-    as a user does, with XLA's defaults (no XLA_FLAGS) on one device: it finishes, and its logged losses
-    agree with the shared tiny run's (the same config, in-process at the suite's flags over two
-    devices) to float32 rounding (the flags and the data-parallel sum move results by an ulp). The
-    product's measured layout choice (``batch_layout=auto``) is tests/test_layout_choice.py's."""
-    from tests import launcher
-    from tests.test_faults import TINY_FLAGS
-
-    out = launcher.run("train.py", f"--workdir={tmp_path}", *TINY_FLAGS, env=launcher.command_env() | {"XLA_FLAGS": ""})
-    assert out.returncode == 0, out.stderr[-2000:]
-    logged = [[r["loss"] for r in read_metrics(str(run))["train"]] for run in (tmp_path, tiny_run)]
-    assert len(logged[0]) == 3
-    np.testing.assert_allclose(*logged, rtol=1e-5)
