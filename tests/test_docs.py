@@ -19,11 +19,14 @@ def _text(page: pathlib.Path) -> str:
 
 
 def test_the_python_blocks_run(tiny_run, tmp_path, capsys):
-    """Each as written; "runs/default" is the shared tiny run, "runs/from_python" a new workdir."""
+    """Each as written; "runs/default" is the shared tiny run, "runs/from_python" a new workdir, and the
+    config trained from Python the tiny run's (the default config's model: test_cli, make run)."""
     blocks = [(page.name, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", _text(page), re.S)]
     assert [name for name, _ in blocks] == ["README.md"] * 3 + ["evaluation.md"] + ["operations.md"] * 2
+    assert sum(block.count("config = default.get_config()") for _, block in blocks) == 1
     for name, block in blocks:
         block = block.replace('"runs/default"', repr(str(tiny_run)))
+        block = block.replace("config = default.get_config()", "from tests.helpers import tiny_config; config = tiny_config()")
         exec(compile(block.replace('"runs/from_python"', repr(str(tmp_path))), name, "exec"), {})
     printed = capsys.readouterr().out
     assert "172512128" in printed and "[UNK:" in printed and "20 True" in printed
