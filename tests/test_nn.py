@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 import pytest
 from flax import linen, nnx
 
@@ -320,45 +319,6 @@ def test_position_codes_are_the_embeddings():
     np.testing.assert_array_equal(np.asarray(codes), np.asarray(pad))
 
 
-class ContinuousGrid(nnx.Module):
-    """A model of continuous inputs on a 4 × 3 grid with the paper's pieces: features embedded as outer
-    products, the (N, T) position codes, two rank-4 blocks, a final norm and a factorised readout."""
-
-    def __init__(self, rngs: nnx.Rngs, features=3, dx=4, dt=2):
-        self.embed = r4nn.OuterProductEmbed(features, dx, dt, rngs=rngs)
-        self.codes = nnx.data(r4nn.position_codes((4, 3), dx, dt))
-        self.blocks = nnx.List([r4nn.Rank4Block(dx, dt, 2, dropout=0.0, rngs=rngs) for _ in range(2)])
-        self.norm = r4nn.FiberLayerNorm(dx, dt)
-        self.readout = r4nn.FactorisedReadout(dx, dt, 1, rngs=rngs)
-
-    def __call__(self, features):  # (B, 4, 3, F) → (B, 4, 3)
-        x = self.embed(features) + self.codes  # (B, 4, 3, dx, dt)
-        for block in self.blocks:
-            x = block(x)
-        return self.readout(self.norm(x))[..., 0]
-
-
-def test_a_continuous_grid_model_trains():
-    """Each cell's target is the grid's mean of feature 0 (readable only by attending to every cell):
-    adamw under nnx.jit takes the MSE to below a tenth of the targets' variance (what the best constant
-    would score): 0.0071 against 0.092 after 100 steps. (A token grid classified by a model of one's own
-    with dropout from its Rngs: notebooks/flax_modules.ipynb, checked by tests/test_notebooks.py.)"""
-    model = ContinuousGrid(nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
-    features = jax.random.normal(jax.random.key(2), (64, 4, 3, 3))
-    targets = jnp.broadcast_to(jnp.mean(features[..., 0], axis=(1, 2), keepdims=True), (64, 4, 3))
-
-    @nnx.jit
-    def step(model, optimizer):
-        loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(features) - targets) ** 2))(model)
-        optimizer.update(model, grads)
-        return loss
-
-    losses = [float(step(model, optimizer)) for _ in range(100)]
-    variance = float(jnp.var(targets))
-    assert losses[-1] < 0.1 * variance, (losses[0], losses[-1], variance)
-
-
 def test_linen_model_through_to_linen():
     """A linen model holds the rank-4 attention through nnx.bridge.ToLinen: its outputs are the
     functional attention's on the same parameters."""
@@ -375,21 +335,6 @@ def test_linen_model_through_to_linen():
     assert set(params) == {"wq", "wk", "wv"} and params["wq"].shape == (2, 6, 6)
     got = LinenModel().apply(variables, x, mask)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(rank4jax.rank4_attention(params, x, mask)))
-
-
-def test_orbax_saves_and_restores_module_state(tmp_path):
-    """As flax's docs show: save nnx.state, restore onto nnx.eval_shape's abstract state, nnx.merge."""
-    model = r4nn.Rank4Model(CFG, rngs=nnx.Rngs(5))
-    _, state = nnx.split(model)
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(tmp_path / "state", state)
-        checkpointer.wait_until_finished()
-        abstract = nnx.eval_shape(lambda: r4nn.Rank4Model(CFG, rngs=nnx.Rngs(0)))
-        graphdef, abstract_state = nnx.split(abstract)
-        restored = nnx.merge(graphdef, checkpointer.restore(tmp_path / "state", abstract_state))
-    _assert_trees_equal(restored.to_params(), model.to_params())
-    inputs = _inputs()
-    np.testing.assert_array_equal(np.asarray(restored(inputs)), np.asarray(model(inputs)))
 
 
 def test_from_run(tiny_run):
