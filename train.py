@@ -6,7 +6,6 @@ python train.py --config=configs/rocstories.py --print_config   # every config k
 Each run writes its resolved config to <workdir>/config.json.
 """
 
-import os
 import signal
 
 from rank4jax.startup import exit_on_signals
@@ -17,7 +16,13 @@ exit_on_signals("outside the training loop; no checkpoint was being written")
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_reporting_user_errors  # noqa: E402
+from rank4jax.cli import (  # noqa: E402
+    config_flag_errors,
+    config_value,
+    exit_after_signal,
+    parse_flags,
+    run_reporting_user_errors,
+)
 from rank4jax.errors import SIGNAL_STATUS, SignalInterrupt, say  # noqa: E402
 
 with config_flag_errors():
@@ -59,9 +64,9 @@ def main(argv):
     except SignalInterrupt as e:  # while the run started: it has unwound (lock released), nothing was saved
         name = signal.Signals(e.signum).name
         say(f"stopped: {name} outside the training loop; no checkpoint was being written")
-        os._exit(SIGNAL_STATUS[name])  # the libraries' threads may be running: no interpreter shutdown under them
-    if summary["interrupted"]:
-        raise SystemExit(SIGNAL_STATUS.get(summary["interrupted"], 1))
+        exit_after_signal(SIGNAL_STATUS[name])
+    if summary["interrupted"]:  # its checkpoint is saved
+        exit_after_signal(SIGNAL_STATUS[summary["interrupted"]])
 
 
 if __name__ == "__main__":

@@ -23,7 +23,16 @@ def run_reporting_user_errors(fn, *args, **kwargs):
         sys.exit(2)
     except StageInterrupted as e:
         say(f"stopped: {e}")
-        sys.exit(e.status)
+        exit_after_signal(e.status)
+
+
+def exit_after_signal(status: int) -> None:
+    """Exit with a signal's status (130/143) once what was in flight is safe: at once, not through the
+    interpreter's shutdown, where the libraries' threads (XLA, TensorStore) are joined under it and
+    Python has put the default handlers back, so a second signal would kill the process (-15)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def terminal_safe(text: str) -> str:
@@ -189,10 +198,7 @@ def stop_on_signals(what: str, after: str = "no report was written after it"):
     if received:
         name = signal.Signals(received[0]).name
         say(f"stopped: {name} during {what}; {after}")
-        sys.stdout.flush()
-        # os._exit, not sys.exit: the libraries' worker threads (XLA, tensorstore) may still be
-        # running, and interpreter shutdown under them can crash; there is nothing left to save
-        os._exit(SIGNAL_STATUS[name])
+        exit_after_signal(SIGNAL_STATUS[name])  # nothing is left to save
 
 
 def run_experiment(what: str, fn):

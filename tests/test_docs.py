@@ -26,7 +26,9 @@ def test_the_python_blocks_run(tiny_run, tmp_path, capsys):
     assert sum(block.count("config = default.get_config()") for _, block in blocks) == 1
     for name, block in blocks:
         block = block.replace('"runs/default"', repr(str(tiny_run)))
-        block = block.replace("config = default.get_config()", "from tests.helpers import tiny_config; config = tiny_config()")
+        block = block.replace(
+            "config = default.get_config()", "from tests.helpers import tiny_config; config = tiny_config()"
+        )
         exec(compile(block.replace('"runs/from_python"', repr(str(tmp_path))), name, "exec"), {})
     printed = capsys.readouterr().out
     assert "172512128" in printed and "[UNK:" in printed and "20 True" in printed

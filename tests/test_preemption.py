@@ -52,9 +52,7 @@ def _signal_and_wait(proc: launcher.Proc, signals: tuple) -> tuple[float, str]:
     return time.time() - start, stderr
 
 
-def test_sigterm_saves_within_seconds_a_second_harms_nothing_and_the_products_flags_train_the_same(
-    tmp_path, tiny_run
-):
+def test_sigterm_saves_within_seconds_a_second_harms_nothing_and_the_products_flags_train_the_same(tmp_path, tiny_run):
     """train.py as a user runs it: XLA's default flags (every other test compiles at the suite's,
     tests/conftest.py) on one device. Its logged losses agree with the shared tiny run's (the same
     config, in-process at the suite's flags over two devices) to float32 rounding; then SIGTERM, and

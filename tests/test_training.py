@@ -507,4 +507,3 @@ def test_a_damaged_metrics_log_is_read_around_its_bad_lines(tmp_path, capsys):
     assert capsys.readouterr().err == f"rank4jax: warning: {path}: 4 unreadable line(s) skipped\n"
     path.write_text(json.dumps(good[0]) + '\n{"step": 3, "spl')
     assert read_metrics(str(tmp_path)) == {"train": [good[0]]} and capsys.readouterr().err == ""
-
