@@ -391,25 +391,6 @@ def test_degenerate_data_is_counted_warned_about_or_refused(tmp_path, capsys):
     assert f"{unknown}: 75% of all the tokens are unknown to the vocabulary (UNK)" in capsys.readouterr().err
 
 
-def test_changed_data_contents_are_refused_on_resume(tmp_path):
-    rows = [
-        f"s{i},T,Anna went to the shop {i}.,She bought tea.,It was hot.,She waited.,She drank it.\r\n"
-        for i in range(60)
-    ]
-    path = tmp_path / "roc.csv"
-    path.write_text(ROC_HEADER + "".join(rows), encoding="utf-8")
-    config = tiny_config(**{"data.source": "file", "data.path": str(path), "num_steps": 2})
-    workdir = str(tmp_path / "run")
-    train(config, workdir)
-    config.num_steps = 4
-    assert train(config, workdir)["step"] == 4  # the same contents: resumes
-    path.write_text(ROC_HEADER + "".join(rows[:-1]) + rows[-1].replace("tea", "coffee"), encoding="utf-8")
-    config.num_steps = 6
-    with pytest.raises(CheckpointError, match=f"the data at {path} has changed since these checkpoints were written"):
-        train(config, workdir)
-    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
-
-
 def test_a_full_disk_is_one_error_and_the_saved_checkpoints_stay(tmp_path, monkeypatch):
     import errno
 
@@ -1103,18 +1084,28 @@ def test_windows_that_cannot_fit_in_memory_are_refused_before_allocating(tmp_pat
         train(tiny_config(**{"model.n_tokens": 10_000_000}), str(tmp_path))
 
 
-def test_evaluating_a_run_whose_data_has_changed_is_refused(tmp_path):
-    """eval.py read the data a checkpoint's config names whatever it now holds: a changed file (or a
-    crafted config naming another) was split and scored as if held out. Its bytes are checked now."""
+def test_changed_data_contents_are_refused_on_resume_and_by_evaluation(tmp_path):
+    """A resume and eval.py read the data a checkpoint's config names whatever it now holds: a changed
+    file (or a crafted config naming another) was split and scored as if held out. Its bytes are checked."""
+    rows = [
+        f"s{i},T,Anna went to the shop {i}.,She bought tea.,It was hot.,She waited.,She drank it.\r\n"
+        for i in range(60)
+    ]
     path = tmp_path / "roc.csv"
-    rows = [f"s{i},,Tom ran {i}.,He fell.,He cried.,Mom came.,All was well.\n" for i in range(60)]
     path.write_text(ROC_HEADER + "".join(rows), encoding="utf-8")
-    config = tiny_config(**{"data.source": "file", "data.path": str(path), "num_steps": 2, "eval_every": 2})
-    train(config, str(tmp_path / "run"))
-    assert evaluate_run(str(tmp_path / "run"), split="test", num_examples=0, rollout_steps=0)["stories"] > 0
-    path.write_text(ROC_HEADER + "".join(rows[:-1]), encoding="utf-8")
+    config = tiny_config(**{"data.source": "file", "data.path": str(path), "num_steps": 2})
+    workdir = str(tmp_path / "run")
+    train(config, workdir)
+    config.num_steps = 4
+    assert train(config, workdir)["step"] == 4  # the same contents: resumes
+    assert evaluate_run(workdir, split="test", num_examples=0, rollout_steps=0)["stories"] > 0
+    path.write_text(ROC_HEADER + "".join(rows[:-1]) + rows[-1].replace("tea", "coffee"), encoding="utf-8")
+    config.num_steps = 6
+    with pytest.raises(CheckpointError, match=f"the data at {path} has changed since these checkpoints were written"):
+        train(config, workdir)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
     with pytest.raises(DataError, match=f"^the data at {re.escape(str(path))} has changed since"):
-        evaluate_run(str(tmp_path / "run"), split="test", num_examples=0, rollout_steps=0)
+        evaluate_run(workdir, split="test", num_examples=0, rollout_steps=0)
 
 
 def test_nothing_a_run_writes_follows_a_link_out_of_its_workdir(tiny_run_copy, tmp_path):
