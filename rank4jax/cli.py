@@ -104,12 +104,7 @@ def _unknown_config_key(error: Exception, argv: list[str]) -> None:
     say(f"error: unknown config key '{key}'{where}{hint}; train.py --print_config lists every key")
 
 
-CONFIG_FLAGS = (
-    "config",
-    "rank4_config",
-    "baseline_config",
-    "baseline_wide_config",
-)  # the entry points' config-file flags
+CONFIG_FLAGS = ("config", "rank4_config", "baseline_config", "baseline_wide_config")  # the commands' config files
 
 
 def config_file_arguments(argv: list[str]) -> dict[str, str]:

@@ -92,9 +92,7 @@ def _size(n: float, up: bool) -> str:
 
 
 def free_bytes(directory: str) -> int:
-    """The bytes a process may still write on the disk that holds (or will hold) ``directory``."""
-    while not os.path.isdir(directory) and os.path.dirname(directory) != directory:
-        directory = os.path.dirname(directory)
+    """The bytes a process may still write on the disk that holds ``directory``."""
     return shutil.disk_usage(directory).free
 
 
