@@ -188,7 +188,6 @@ class RunCheckpoints:
         """An unwritable checkpoints/ or a disk that cannot hold the save is one error before any of it
         is written: ``SPACE_MARGIN`` times the state's bytes plus ``SPACE_SLACK`` must be free."""
         directory = checkpoint_dir(self.workdir)
-        self.wait_until_finished()  # an earlier save still being written fails first, and is named
         if not os.access(directory, os.W_OK | os.X_OK):
             try:
                 os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=directory))
@@ -203,8 +202,10 @@ class RunCheckpoints:
             raise storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), self.workdir, step, detail) from None
 
     def agree_to_save(self, step: int, state) -> None:
-        """Process 0 checks the directory the processes share, and every process hears its answer
-        before any enters orbax's save: a refusal stops them all at once."""
+        """Every process's earlier save finishes first (its failure is named, as that step's); then process
+        0 checks the directory the processes share, and every process hears its answer before any enters
+        orbax's save: a refusal stops them all at once."""
+        self.wait_until_finished()
         error = None
         if jax.process_index() == 0:
             try:
@@ -233,10 +234,6 @@ class RunCheckpoints:
         try:
             self.manager.save(step, args=args, force=True)
         except Exception as e:  # noqa: BLE001 -- a full or read-only disk: one line (storage_error)
-            try:  # the earlier save, if still being written, finishes (or fails: the first failure is named)
-                self.manager.wait_until_finished()
-            except Exception as earlier:  # noqa: BLE001
-                raise storage_error(earlier, self.workdir, self.saving) from None
             raise storage_error(e, self.workdir, step) from None
         self.saving = step  # written in the background until the next save or wait
 
