@@ -10,8 +10,9 @@ import signal
 
 from rank4jax.startup import exit_on_signals
 
+OUTSIDE_THE_LOOP = "outside the training loop; no checkpoint was being written"
 # Ctrl-C while importing and reading flags; train() installs its own (unwind while starting, or save then stop)
-exit_on_signals("outside the training loop; no checkpoint was being written")
+exit_on_signals(OUTSIDE_THE_LOOP)
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
@@ -63,7 +64,7 @@ def main(argv):
         summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
     except SignalInterrupt as e:  # while the run started: it has unwound (lock released), nothing was saved
         name = signal.Signals(e.signum).name
-        say(f"stopped: {name} outside the training loop; no checkpoint was being written")
+        say(f"stopped: {name} {OUTSIDE_THE_LOOP}")
         exit_after_signal(SIGNAL_STATUS[name])
     if summary["interrupted"]:  # its checkpoint is saved
         exit_after_signal(SIGNAL_STATUS[summary["interrupted"]])
