@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import sys
@@ -163,7 +162,7 @@ def run(args) -> dict:
     from rank4jax.engine.data_setup import prepare_data
     from rank4jax.errors import DataError
     from rank4jax.experiments import ladder as lad
-    from rank4jax.records import write_text
+    from rank4jax.records import write_json, write_text
 
     clock, seconds = time.perf_counter(), {}
     data_dir = args.data_dir or next((d for d in DATA_DIRS if os.path.isfile(os.path.join(d, ROCSTORIES))), None)
@@ -189,7 +188,7 @@ def run(args) -> dict:
     os.makedirs(args.out, exist_ok=True)
     write_text(os.path.join(args.out, "paper_comparison.md"), text)
     everything = {"plan": plan, "seconds": seconds, "result": result}
-    write_text(os.path.join(args.out, "paper_comparison.json"), json.dumps(everything, indent=2, default=str))
+    write_json(os.path.join(args.out, "paper_comparison.json"), everything, default=str)
     print(text)
     return everything
 

@@ -40,9 +40,9 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
-def write_json(path: str, data) -> None:
-    """:func:`write_text` of ``data`` as indented JSON."""
-    write_text(path, json.dumps(data, indent=2))
+def write_json(path: str, data, default=None) -> None:
+    """:func:`write_text` of ``data`` as indented JSON (``default``: as ``json.dumps`` takes it)."""
+    write_text(path, json.dumps(data, indent=2, default=default))
 
 
 def refuse_links(workdir: str, names=OWN_PATHS) -> None:

@@ -25,10 +25,6 @@ from tests.helpers import tiny_flags
 EXIT_WITHIN_S = 45.0
 
 
-def _start(*args):
-    return launcher.start(*args)
-
-
 def _wait_for_training(metrics_path: str, proc: launcher.Proc, timeout: float = 240.0, records: int = 1) -> None:
     """Until the run has logged ``records`` training records (compiled and stepping)."""
     deadline = time.time() + timeout
@@ -90,7 +86,7 @@ def test_compare_stops_at_an_interrupted_first_stage(tmp_path):
             f"    return tiny_config(model_family={family!r}, num_steps=100_000, eval_every=1000,\n"
             "                       checkpoint_every=1000)\n"
         )
-    proc = _start(
+    proc = launcher.start(
         "compare.py",
         f"--rank4_config={tmp_path / 'rank4.py'}",
         f"--baseline_config={tmp_path / 'baseline.py'}",

@@ -268,8 +268,9 @@ def test_bad_config_values(tmp_path, overrides, match):
 
 
 def test_missing_data_path(tmp_path):
-    with pytest.raises(DataError, match="not found: .*missing.csv"):
-        train(tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "missing.csv")}), str(tmp_path))
+    with pytest.raises(DataError, match=f"^data file not found: {tmp_path}/missing.csv"):
+        train(tiny_config(**{"data.source": "file", "data.path": str(tmp_path / "missing.csv")}), str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()  # refused before the workdir is made
 
 
 def test_training_seconds_sum_the_logged_intervals_of_every_start():
