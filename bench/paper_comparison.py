@@ -113,10 +113,8 @@ def report(result: dict, plan: dict, args, seconds: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    from rank4jax import noise
     from rank4jax.cli import run_experiment
 
-    noise.install_log_filters()  # an entry point: the one orbax record the project reports itself
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tiny", action="store_true", help="the same code at a tiny size on the built-in corpus")
     ap.add_argument("--out", default="runs/paper_comparison", help="where the report goes ($OUT on the device)")

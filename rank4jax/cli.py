@@ -45,13 +45,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag or an unknown
     ``--config.<key>`` override becomes one line on stderr and exit status 2. A config file is the
     user's own Python: an exception it raises shows its traceback (as ml_collections formats it into
-    the flag error, or as Python prints it). Every command line passes here first, so this is also
-    where the libraries' log filter is installed (``rank4jax.noise``)."""
+    the flag error, or as Python prints it)."""
     from absl import flags
-
-    from rank4jax import noise
-
-    noise.install_log_filters()
 
     try:
         return flags.FLAGS(argv)

@@ -978,20 +978,6 @@ def test_json_files_of_the_wrong_shape_are_read_as_absent(tmp_path, capsys):
     assert lad.train_run("d8/rank4", tiny_config(), str(run)) is None  # recorded as diverged, no error text
 
 
-def test_the_log_filter_drops_only_the_records_it_names():
-    import logging
-
-    from rank4jax.noise import LibraryLogFilter
-
-    def record(message):
-        return logging.LogRecord("absl", logging.WARNING, "/x/orbax/checkpoint_manager.py", 1, message, (), None)
-
-    keep = LibraryLogFilter().filter
-    assert not keep(record("Reached preemption sync point at step 8"))  # the run says where it saved
-    assert keep(record("Task exception was never retrieved"))  # everything else passes as it is
-    assert keep(record("did not provide metrics"))
-
-
 def test_loading_a_run_logs_no_warning(tiny_run, caplog):
     """Every load_run printed orbax's two read-only warnings ("…setting save_interval_steps=0", "Given
     directory is read only"); a reader now opens the manager without orbax's read_only flag, and
