@@ -107,6 +107,18 @@ def host_memory_bytes() -> int | None:
         return None
 
 
+def refuse_beyond_device_memory(needed: int, what: str, remedy: str, per_device: str = " per device") -> None:
+    """A ConfigError naming ``what`` and ``remedy`` when ``needed`` bytes exceed what one of this
+    process's devices holds (another process's devices report nothing)."""
+    device = jax.local_devices()[0]
+    limit = device_memory_bytes(device)
+    if limit and needed > limit:
+        raise ConfigError(
+            f"{what} need {needed / 2**30:,.1f} GiB{per_device}, more than the {limit / 2**30:,.1f} GiB a "
+            f"{device.platform} device has here; {remedy}"
+        )
+
+
 def check_state_fits(abstract_state, shardings, n_params: int) -> None:
     """Refuse, before anything is allocated, a train state whose per-device share (parameters and
     AdamW moments, plus the gradients: the parameters' size again) exceeds a device's memory;
@@ -119,29 +131,22 @@ def check_state_fits(abstract_state, shardings, n_params: int) -> None:
     params = sum(
         map(device_bytes, jax.tree_util.tree_leaves(abstract_state.params), jax.tree_util.tree_leaves(shardings.params))
     )
-    needed = state + params
-    device = jax.local_devices()[0]  # this process's (another process's devices report nothing)
-    limit = device_memory_bytes(device)
-    if limit and needed > limit:
-        raise ConfigError(
-            f"the model has {n_params:,} parameters: its parameters, AdamW moments and gradients need "
-            f"{needed / 2**30:,.1f} GiB per device, more than the {limit / 2**30:,.1f} GiB a {device.platform} "
-            "device has here; make the model smaller (model.dx, dt, n_layers) or shard it (mesh.model)"
-        )
+    refuse_beyond_device_memory(
+        state + params,
+        f"the model has {n_params:,} parameters: its parameters, AdamW moments and gradients",
+        "make the model smaller (model.dx, dt, n_layers) or shard it (mesh.model)",
+    )
 
 
 def check_window_fits(n_tokens: int, n_slices: int, vocab_size: int) -> None:
     """Refuse a window whose logits alone (N × T positions × V tokens in float32) exceed a device's
     memory: no batch size helps, so the error names ``model.n_tokens``."""
-    device = jax.local_devices()[0]
-    limit = device_memory_bytes(device)
-    window = n_tokens * n_slices * vocab_size * 4
-    if limit and window > limit:
-        raise ConfigError(
-            f"model.n_tokens={n_tokens:,}: one window's logits need {window / 2**30:,.1f} GiB ({n_tokens * n_slices:,} "
-            f"positions × {vocab_size:,} tokens, float32), more than the {limit / 2**30:,.1f} GiB a {device.platform} "
-            "device has here; lower model.n_tokens"
-        )
+    refuse_beyond_device_memory(
+        n_tokens * n_slices * vocab_size * 4,
+        f"model.n_tokens={n_tokens:,}: one window's logits",
+        "lower model.n_tokens",
+        per_device=f" ({n_tokens * n_slices:,} positions × {vocab_size:,} tokens, float32)",
+    )
 
 
 def check_batches_fit(config, vocab_size: int, data_devices: int, names=("batch_size", "eval_batch_size")) -> None:
@@ -149,17 +154,14 @@ def check_batches_fit(config, vocab_size: int, data_devices: int, names=("batch_
     V tokens in float32, the largest tensor a step makes) exceed a device's share of memory; otherwise
     an evaluation batch of 10⁸ windows trained for a whole interval and then failed allocating."""
     check_window_fits(config.model.n_tokens, config.model.n_slices, vocab_size)
-    device = jax.local_devices()[0]
-    limit = device_memory_bytes(device)
     positions = config.model.n_tokens * config.model.n_slices
     for name in names:
-        needed = -(-config[name] // data_devices) * positions * vocab_size * 4
-        if limit and needed > limit:
-            raise ConfigError(
-                f"{name}={config[name]:,}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
-                f"window, float32) need {needed / 2**30:,.1f} GiB per device, more than the {limit / 2**30:,.1f} GiB "
-                f"a {device.platform} device has here; lower {name}"
-            )
+        refuse_beyond_device_memory(
+            -(-config[name] // data_devices) * positions * vocab_size * 4,
+            f"{name}={config[name]:,}: one batch's logits ({positions:,} positions × {vocab_size:,} tokens a "
+            "window, float32)",
+            f"lower {name}",
+        )
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
