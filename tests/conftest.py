@@ -3,8 +3,8 @@ CPU optimisation level 0 with its classic elemental emitters, a JAX persistent c
 between test sessions, and tiny trained runs shared by the tests that only read them
 (session-scoped: one per xdist worker).
 
-Nearly all of the suite's time is XLA compiling distinct programs. Level 0 compiles about half as
-long as level 1 (a tiny rank-4 train step 1.3 → 0.6 s; the whole suite on an empty cache 4 min 40 s
+Most of the suite's time is JAX tracing and XLA compiling distinct programs. Level 0 compiles
+about half as long as level 1 (a tiny rank-4 train step 1.3 → 0.6 s; the whole suite on an empty cache 4 min 40 s
 → 3 min 10 s, 2026-12-03), and level 1 a quarter less than the product's default level 2; the
 classic emitters (``--xla_cpu_use_fusion_emitters=false``) take about 30 % off again. Float64 results
 move by an ulp at most (1e-15). Float32 ops run one by one, as jax.random's draws outside jit are,
