@@ -107,14 +107,15 @@ def host_memory_bytes() -> int | None:
         return None
 
 
-def refuse_beyond_device_memory(needed: int, what: str, remedy: str, per_device: str = " per device") -> None:
-    """A ConfigError naming ``what`` and ``remedy`` when ``needed`` bytes exceed what one of this
-    process's devices holds (another process's devices report nothing)."""
+def refuse_beyond_device_memory(needed: int, what: str, remedy: str, detail: str = " per device") -> None:
+    """A ConfigError, ``<what> need <X> GiB<detail>, more than the <Y> GiB a <platform> device has here;
+    <remedy>``, when ``needed`` bytes exceed what one of this process's devices holds (another
+    process's devices report nothing)."""
     device = jax.local_devices()[0]
     limit = device_memory_bytes(device)
     if limit and needed > limit:
         raise ConfigError(
-            f"{what} need {needed / 2**30:,.1f} GiB{per_device}, more than the {limit / 2**30:,.1f} GiB a "
+            f"{what} need {needed / 2**30:,.1f} GiB{detail}, more than the {limit / 2**30:,.1f} GiB a "
             f"{device.platform} device has here; {remedy}"
         )
 
@@ -145,7 +146,7 @@ def check_window_fits(n_tokens: int, n_slices: int, vocab_size: int) -> None:
         n_tokens * n_slices * vocab_size * 4,
         f"model.n_tokens={n_tokens:,}: one window's logits",
         "lower model.n_tokens",
-        per_device=f" ({n_tokens * n_slices:,} positions × {vocab_size:,} tokens, float32)",
+        detail=f" ({n_tokens * n_slices:,} positions × {vocab_size:,} tokens, float32)",
     )
 
 
