@@ -142,6 +142,8 @@ def test_zpx_config_errors():
     config = tiny_config(**{"model.zpx.score": "zpx_sphere"})
     with pytest.raises(ConfigError, match="zpx.score"):
         validate(config)
+    with pytest.raises(ConfigError, match="^zpx.score must be one of"):  # an unknown score, as a run's config
+        validate(tiny_config(**{"model.zpx.score": "zpx"}))
 
 
 def test_export_round_trip_includes_the_encoder():
