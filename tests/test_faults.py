@@ -1123,8 +1123,15 @@ def test_nothing_a_run_writes_follows_a_link_out_of_its_workdir(tiny_run_copy, t
 
 def test_a_signal_while_the_last_save_finishes_stops_the_command(tiny_run_copy, monkeypatch):
     """A Ctrl-C after the loop last read its flag (while the final save was being written) was lost:
-    the command went on and exited 0. It now stops once the run is complete, as a late signal does."""
+    the command went on and exited 0. It now stops once the run is complete, as a late signal does.
+    Before its first save a run never waits on orbax: a Ctrl-C while it started could land in orbax's
+    wait, which logged it as a failed save above the run's own line."""
     real, armed = storage.RunCheckpoints.wait_until_finished, []
+    manager_calls = []
+    for name in ("save", "wait_until_finished"):
+        method = getattr(storage.ocp.CheckpointManager, name)
+        recorded = lambda self, *a, _m=method, _n=name, **k: manager_calls.append(_n) or _m(self, *a, **k)  # noqa: E731
+        monkeypatch.setattr(storage.ocp.CheckpointManager, name, recorded)
 
     def signal_once(self):
         if armed and armed.pop():
@@ -1135,6 +1142,7 @@ def test_a_signal_while_the_last_save_finishes_stops_the_command(tiny_run_copy, 
     hook = lambda step, state: armed.append(step == 8)  # noqa: E731 -- the final step's save is next
     with pytest.raises(StageInterrupted, match="SIGINT after training had ended; .* is complete at step 8"):
         train(tiny_config(num_steps=8), str(tiny_run_copy), hooks=[hook])
+    assert manager_calls[0] == "save", manager_calls  # the resumed run's start waited on nothing
     with storage.RunCheckpoints(str(tiny_run_copy), read_only=True) as ckpt:
         assert ckpt.latest_step() == 8  # saved whole
 

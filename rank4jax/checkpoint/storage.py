@@ -204,8 +204,10 @@ class RunCheckpoints:
     def agree_to_save(self, step: int, state) -> None:
         """Every process's earlier save finishes first (its failure is named, as that step's); then process
         0 checks the directory the processes share, and every process hears its answer before any enters
-        orbax's save: a refusal stops them all at once."""
-        self.wait_until_finished()
+        orbax's save: a refusal stops them all at once. Before the first save nothing is waited for (a
+        signal while a run starts then never lands inside orbax, which would log it as a failed save)."""
+        if self.saving is not None:
+            self.wait_until_finished()
         error = None
         if jax.process_index() == 0:
             try:
