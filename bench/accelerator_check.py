@@ -91,7 +91,6 @@ def train_run(args) -> dict:
     """A bf16 training run, as ``train.py`` runs it (the same ``train`` on the same config, in this
     process): its logged windows/s and MFU (median after the first interval) and its first
     validation LS(T)."""
-    workdir = tempfile.mkdtemp(prefix="rank4jax_accel_")
     steps = args.train_steps
     config = (default if args.tiny else rocstories_paper).get_config()
     config.batch_layout = "rule"  # the config's own layout, untimed: three fewer compiles at the paper size
@@ -104,10 +103,11 @@ def train_run(args) -> dict:
     config.compute_dtype = "bfloat16"
     config.num_steps = config.eval_every = config.checkpoint_every = steps
     config.log_every, config.progress_bar = max(steps // 10, 1), False
-    start = time.perf_counter()
-    train(config, workdir)
-    wall = time.perf_counter() - start
-    records = read_metrics(workdir)
+    with tempfile.TemporaryDirectory(prefix="rank4jax_accel_") as workdir:  # its checkpoints are not kept
+        start = time.perf_counter()
+        train(config, workdir)
+        wall = time.perf_counter() - start
+        records = read_metrics(workdir)
     logged = records["train"][1:] or records["train"]  # the first interval holds the first batches' waits
     validation = records["validation"][0]
     return {

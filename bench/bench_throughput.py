@@ -241,7 +241,7 @@ def torch_peer_files(tag: str, cfg, params: dict, windows: np.ndarray, runs: dic
         f"{tag:<36} same windows and parameters, eval mode: torch loss {ref:.6f}; |rank4jax - torch| = "
         + ", ".join(f"{gap:.2e} ({name})" for name, gap in gaps.items())
     )
-    forward_file = os.path.join(tempfile.mkdtemp(prefix="rank4jax_bench_"), "windows.npy")
+    forward_file = os.path.join(args.scratch, "windows.npy")  # main's temporary directory
     np.save(forward_file, windows)  # the peer's forward always runs on the saved windows
     return (forward_file if kind != "synthetic" or args.torch_device != "cpu" else None), forward_file
 
@@ -287,16 +287,17 @@ def main():
     if args.torch and not os.path.isfile(args.torch):
         sys.exit(f"error: {args.torch} does not exist (pass --torch '' to skip the PyTorch peer)")
     device = jax.devices()[0]
-    for dtype_name in args.dtypes.split(","):
-        dtype = jnp.dtype(dtype_name).type
-        peak = matmul_peak_gflops(dtype)
-        print(
-            f"{dtype_name} matmul peak (chained square matmuls, jitted): {peak:.1f} GFLOP/s "
-            f"on {device.platform} {device.device_kind}"
-        )
-        for kind in args.windows.split(","):
-            for size in args.sizes.split(","):
-                bench_size(size, SIZES[size], dtype, args, peak, kind)
+    with tempfile.TemporaryDirectory(prefix="rank4jax_bench_") as args.scratch:  # the peer's windows, removed after
+        for dtype_name in args.dtypes.split(","):
+            dtype = jnp.dtype(dtype_name).type
+            peak = matmul_peak_gflops(dtype)
+            print(
+                f"{dtype_name} matmul peak (chained square matmuls, jitted): {peak:.1f} GFLOP/s "
+                f"on {device.platform} {device.device_kind}"
+            )
+            for kind in args.windows.split(","):
+                for size in args.sizes.split(","):
+                    bench_size(size, SIZES[size], dtype, args, peak, kind)
 
 
 if __name__ == "__main__":

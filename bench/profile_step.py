@@ -52,12 +52,13 @@ def profile_rank4jax(size: str, kind: str, layout: str) -> None:
     rows = jax.tree.map(jnp.asarray, batch_layouts(windows, 16)[layout])
     compiled, state, _, _ = compiled_train_step(cfg, rows)
     _, state = run_steps(compiled, state, rows, 5)
-    trace_dir = tempfile.mkdtemp(prefix="rank4jax_profile_")
-    jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
-    seconds, state = run_steps(compiled, state, rows, STEPS)
-    jax.profiler.stop_trace()
-    (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
-    events = [e for e in json.load(gzip.open(path))["traceEvents"] if e.get("ph") == "X"]
+    with tempfile.TemporaryDirectory(prefix="rank4jax_profile_") as trace_dir:
+        jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
+        seconds, state = run_steps(compiled, state, rows, STEPS)
+        jax.profiler.stop_trace()
+        (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
+        with gzip.open(path) as trace:
+            events = [e for e in json.load(trace)["traceEvents"] if e.get("ph") == "X"]
     op_names = dict(re.findall(r"%([\w.\-]+) = \S+ [^\n]*?op_name=\"([^\"]+)\"", compiled.as_text()))
     parts, fusions = collections.Counter(), collections.Counter()
     for event in events:

@@ -6,10 +6,12 @@ process boundary start one (signals, locks, two processes, the command lines' on
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import weakref
 
 from tests.conftest import REPO, SUBPROCESS_XLA_FLAGS
 
@@ -27,6 +29,7 @@ class Proc:
     def __init__(self, argv: list[str], cwd=REPO, env: dict | None = None, merge_stderr: bool = False):
         self.args = argv
         outputs = tempfile.mkdtemp(prefix="rank4jax-command-")
+        weakref.finalize(self, shutil.rmtree, outputs, ignore_errors=True)  # removed with this object
         self._stdout = os.path.join(outputs, "out")
         self._stderr = None if merge_stderr else os.path.join(outputs, "err")
         with open(self._stdout, "w") as out, open(self._stderr or os.devnull, "w") as err:
@@ -73,16 +76,14 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.kill()
             raise
-        return _take(self._stdout), _take(self._stderr)
+        return _read(self._stdout), _read(self._stderr)
 
 
-def _take(path: str | None) -> str | None:
+def _read(path: str | None) -> str | None:
     if path is None:
         return None
     with open(path, encoding="utf-8", errors="backslashreplace") as f:
-        text = f.read()
-    os.remove(path)
-    return text
+        return f.read()
 
 
 def start(*argv: str, cwd=REPO, env: dict | None = None, merge_stderr: bool = False) -> Proc:
