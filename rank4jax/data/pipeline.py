@@ -2,7 +2,7 @@
 
 Training: seeded shuffle (reshuffled every epoch), repeat, batch with drop_remainder, each JAX
 process keeping its share of every global batch, then the step's layout mapped over the batches;
-the iterator's state can be saved (orbax via ``grain.checkpoint``) and restored.
+the iterator's ``get_state()`` is saved with each checkpoint (a JSON item) and ``set_state`` restores it.
 Evaluation: one ordered pass, last partial batch kept, with a (B,) validity mask for padding rows.
 """
 
