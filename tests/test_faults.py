@@ -1128,10 +1128,18 @@ def test_a_signal_while_the_last_save_finishes_stops_the_command(tiny_run_copy, 
     wait, which logged it as a failed save above the run's own line."""
     real, armed = storage.RunCheckpoints.wait_until_finished, []
     manager_calls = []
-    for name in ("save", "wait_until_finished"):
+
+    def recorded(name):
         method = getattr(storage.ocp.CheckpointManager, name)
-        recorded = lambda self, *a, _m=method, _n=name, **k: manager_calls.append(_n) or _m(self, *a, **k)  # noqa: E731
-        monkeypatch.setattr(storage.ocp.CheckpointManager, name, recorded)
+
+        def call(self, *args, **kwargs):
+            manager_calls.append(name)
+            return method(self, *args, **kwargs)
+
+        return call
+
+    for name in ("save", "wait_until_finished"):
+        monkeypatch.setattr(storage.ocp.CheckpointManager, name, recorded(name))
 
     def signal_once(self):
         if armed and armed.pop():
