@@ -11,6 +11,7 @@ import traceback
 
 from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError, say
 from rank4jax.startup import exit_on_signals
+from rank4jax.training.signals import interrupt
 
 
 def run_reporting_user_errors(fn, *args, **kwargs):
@@ -170,16 +171,17 @@ def stop_on_signals(what: str, after: str = "no report was written after it"):
     save on their own (experiments): one line on stderr (``stopped: <SIGNAL> during <what>; <after>``)
     and exit status 130/143, no traceback. The signal is recorded before it interrupts, so an interrupt
     that a library catches and swallows (or that lands in a finalizer, where Python only prints it as
-    "Exception ignored") still stops the command when the block ends."""
-    received = []
+    "Exception ignored") still stops the command when the block ends, saying that the block finished."""
+    received, finished = [], False
 
     def handler(signum, frame):
         received.append(signum)
-        raise KeyboardInterrupt
+        interrupt(signum, frame, KeyboardInterrupt())
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
+        finished = True
     except KeyboardInterrupt as e:  # a run that was starting (SignalInterrupt: which signal), or a Ctrl-C
         received.append(getattr(e, "signum", signal.SIGINT))  # that arrived before the handler
     finally:
@@ -187,7 +189,8 @@ def stop_on_signals(what: str, after: str = "no report was written after it"):
             signal.signal(sig, old)
     if received:
         name = signal.Signals(received[0]).name
-        say(f"stopped: {name} during {what}; {after}")
+        say(f"stopped: {name} after the {what} had finished; its output is written" if finished
+            else f"stopped: {name} during {what}; {after}")  # fmt: skip
         exit_after_signal(SIGNAL_STATUS[name])  # nothing is left to save
 
 

@@ -1009,6 +1009,54 @@ def test_a_signal_lost_in_a_finalizer_while_starting_still_stops_the_run():
     assert caught.value.signum == signal.SIGINT
 
 
+def test_a_signal_during_a_garbage_collection_is_raised_after_it_and_nothing_is_printed():
+    """A signal that lands in a garbage-collection callback (JAX runs one at every collection): raised
+    there, Python printed "Exception ignored in: <function _xla_gc_callback …>" and a traceback before
+    the command's own line (seen once from eval.py). It is sent again once the collection is over. An
+    interrupt swallowed all the same (in a finalizer, or by a library) stops the command when its work
+    is done, and its line says so. (Processes of their own: a small heap collects in well under 10 ms.)"""
+    during = """
+import gc, signal, sys, time
+from rank4jax.cli import stop_on_signals
+from rank4jax.errors import SignalInterrupt
+from rank4jax.training.signals import StopRequest
+
+def callback(phase, info):  # the signal lands while a garbage-collection callback runs
+    if phase == "start" and not fired:
+        fired.append(phase)
+        signal.raise_signal(signal.SIGINT)  # its handler runs here, inside the callback
+
+gc.callbacks.append(callback)
+fired = []
+try:
+    with StopRequest():  # a run starting
+        gc.collect()
+        time.sleep(5)  # the signal sent again lands here
+except SignalInterrupt as e:
+    print("run:", signal.Signals(e.signum).name, fired)
+fired.clear()
+with stop_on_signals("evaluation"):
+    gc.collect()
+    time.sleep(5)
+    print("not reached")
+"""
+    swallowed = """
+import signal
+from rank4jax.cli import stop_on_signals
+with stop_on_signals("evaluation"):
+    try:
+        signal.raise_signal(signal.SIGINT)
+    except KeyboardInterrupt:
+        pass  # a library that swallows it
+    print("written")
+"""
+    results = [launcher.run("-c", code) for code in (during, swallowed)]
+    assert [(r.returncode, r.stdout, r.stderr) for r in results] == [
+        (130, "run: SIGINT ['start']\n", "stopped: SIGINT during evaluation; no report was written after it\n"),
+        (130, "written\n", "stopped: SIGINT after the evaluation had finished; its output is written\n"),
+    ]
+
+
 def test_a_storage_fault_after_a_completed_save_names_what_is_really_on_disk(tmp_path):
     """chattr +i on checkpoints/ as save 60 finished: the message said "cannot save checkpoint 60 …;
     checkpoints 20, 40 are intact" where 60 was complete and 20 an emptied directory (its deletion by
