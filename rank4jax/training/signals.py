@@ -30,7 +30,9 @@ def interrupt(signum: int, frame, error: BaseException) -> None:
         frame = frame.f_back
     if frame is None:
         raise error
-    threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+    resend = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    resend.daemon = True  # never holds up the interpreter's exit
+    resend.start()
 
 
 class StopRequest:
