@@ -9,9 +9,8 @@ import signal
 import sys
 import traceback
 
-from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError, say
+from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError, interrupt, say
 from rank4jax.startup import exit_on_signals
-from rank4jax.training.signals import interrupt
 
 
 def run_reporting_user_errors(fn, *args, **kwargs):

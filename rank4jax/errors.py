@@ -6,7 +6,10 @@ entry points print that message and exit non-zero without a stack trace; anythin
 and keeps its traceback.
 """
 
+import gc
+import os
 import sys
+import threading
 
 
 class UserError(Exception):
@@ -46,6 +49,21 @@ class SignalInterrupt(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
+
+
+def interrupt(signum: int, frame, error: BaseException) -> None:
+    """Raise ``error`` from a signal handler whose ``frame`` is where the signal landed. Inside a
+    garbage-collection callback (JAX runs one at every collection) Python would only print it
+    ("Exception ignored in …") and go on: there the signal is sent again 10 ms later instead, to land
+    once the collection is over."""
+    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
+    while frame is not None and frame.f_code not in callbacks:
+        frame = frame.f_back
+    if frame is None:
+        raise error
+    resend = threading.Timer(0.01, os.kill, (os.getpid(), signum))
+    resend.daemon = True  # never holds up the interpreter's exit
+    resend.start()
 
 
 class StageInterrupted(Exception):

@@ -12,27 +12,9 @@
 
 from __future__ import annotations
 
-import gc
-import os
 import signal
-import threading
 
-from rank4jax.errors import SignalInterrupt, say
-
-
-def interrupt(signum: int, frame, error: BaseException) -> None:
-    """Raise ``error`` from a signal handler whose ``frame`` is where the signal landed. Inside a
-    garbage-collection callback (JAX runs one at every collection) Python would only print it
-    ("Exception ignored in …") and go on: there the signal is sent again 10 ms later instead, to land
-    once the collection is over."""
-    callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
-    while frame is not None and frame.f_code not in callbacks:
-        frame = frame.f_back
-    if frame is None:
-        raise error
-    resend = threading.Timer(0.01, os.kill, (os.getpid(), signum))
-    resend.daemon = True  # never holds up the interpreter's exit
-    resend.start()
+from rank4jax.errors import SignalInterrupt, interrupt, say
 
 
 class StopRequest:
