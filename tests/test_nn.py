@@ -79,27 +79,28 @@ def test_outputs_and_gradients_equal_forward(x64, train):
             logits = rank4jax.forward(params, inputs, CFG, train=train, rng=key)
             return jnp.sum(jnp.sin(logits)), logits
 
-        # both compiled as the product compiles (XLA:CPU at level 2): the suite's level 0 (conftest) can
-        # round two different programs of the same arithmetic differently in the last bit
+        # both in one program compiled as the product compiles (XLA:CPU at level 2): the suite's level 0
+        # (conftest) can round two different computations of the same arithmetic differently in the last bit
         graphdef, state = nnx.split(model)
 
-        def model_grads(state, key):
-            return nnx.value_and_grad(model_loss, has_aux=True)(nnx.merge(graphdef, state), key)
+        def both(state, params, key):
+            module = nnx.value_and_grad(model_loss, has_aux=True)(nnx.merge(graphdef, state), key)
+            return module, jax.value_and_grad(functional_loss, has_aux=True)(params, key)
 
         key = nnx.clone(model.rngs)()  # the next key of the model's stream
-        (_, got), grads = jax.jit(model_grads, compiler_options=PRODUCT_COMPILE)(state, key)
-        (_, want), want_grads = jax.jit(
-            jax.value_and_grad(functional_loss, has_aux=True), compiler_options=PRODUCT_COMPILE
-        )(params, key)
+        ((_, got), grads), ((_, want), want_grads) = jax.jit(both, compiler_options=PRODUCT_COMPILE)(state, params, key)
         assert got.dtype == dtype and got.shape == (4, CFG.n_tokens, CFG.n_slices, CFG.vocab_size)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         holder = r4nn.Rank4Model.from_params(jax.tree.map(jnp.zeros_like, params), CFG)
         nnx.update(holder, grads)
         _assert_trees_equal(holder.to_params(), want_grads)
         if train:  # dropout ran; the stream draws that key, then another
-            assert not np.array_equal(np.asarray(got), np.asarray(rank4jax.forward(params, inputs, CFG)))
-            first, second = model(inputs), model(inputs)  # op by op, no key: the stream's
-            np.testing.assert_array_equal(np.asarray(first), np.asarray(model(inputs, rngs=key)))
+            assert not np.array_equal(
+                np.asarray(got), np.asarray(jax.jit(rank4jax.forward, static_argnums=2)(params, inputs, CFG))
+            )
+            call = nnx.jit(lambda model, key: model(inputs, rngs=key))
+            first, second = call(model, None), call(model, None)  # no key: the stream's
+            np.testing.assert_array_equal(np.asarray(first), np.asarray(call(model, key)))
             assert not np.array_equal(np.asarray(first), np.asarray(second))
 
 
