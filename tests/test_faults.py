@@ -1016,7 +1016,7 @@ def test_a_signal_during_a_garbage_collection_is_raised_after_it_and_nothing_is_
     interrupt swallowed all the same (in a finalizer, or by a library) stops the command when its work
     is done, and its line says so. (Processes of their own: a small heap collects in well under 10 ms.)"""
     during = """
-import gc, signal, sys, time
+import gc, signal, time
 from rank4jax.cli import stop_on_signals
 from rank4jax.errors import SignalInterrupt
 from rank4jax.training.signals import StopRequest
