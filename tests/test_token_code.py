@@ -47,15 +47,20 @@ def test_the_loss_from_the_tied_table_equals_the_loss_from_the_logits():
     with jax.enable_x64(True):
         cfg = _cfg(vocab_size=13, n_tokens=3, n_slices=2)
         params = numpy_params(rank4jax.init_params, cfg, jnp.float64)
-        windows = jnp.asarray(np.random.default_rng(0).integers(0, 13, (4, 3, 3)), jnp.int32)
-        inputs, targets = windows[:, :-1], windows[:, 1:]
-        logits = rank4jax.forward(params, inputs, cfg)  # (B, N, T, V)
-        y = hidden_states(params, inputs, cfg)  # (B, P, D)
+        windows = np.random.default_rng(0).integers(0, 13, (4, 3, 3)).astype(np.int32)
+
+        @jax.jit  # one program: eagerly, every primitive would compile on its own
+        def both_paths(params, windows):
+            inputs, targets = windows[:, :-1], windows[:, 1:]
+            logits = rank4jax.forward(params, inputs, cfg)  # (B, N, T, V)
+            y = hidden_states(params, inputs, cfg)  # (B, P, D)
+            tgt = jnp.swapaxes(targets, 1, 2).reshape(4, 6)
+            last = jnp.broadcast_to(jnp.arange(6) % 2 == 1, tgt.shape)
+            return logits, y, code_loss_sums(params, y, tgt, last, cfg.tokens), window_loss_sums(logits, targets)
+
+        logits, y, got, want = both_paths(params, windows)
         by_hand = np.einsum("bpd,vd->bpv", np.asarray(y), np.asarray(params["embed"]["tok"]))
         np.testing.assert_allclose(np.asarray(logits).reshape(4, 6, 13), by_hand, rtol=1e-12, atol=1e-12)
-        tgt = jnp.swapaxes(targets, 1, 2).reshape(4, 6)
-        last = jnp.broadcast_to(jnp.arange(6) % 2 == 1, tgt.shape)
-        got, want = code_loss_sums(params, y, tgt, last, cfg.tokens), window_loss_sums(logits, targets)
         for key in ("window_ce_sum", "last_slice_ce_sum", "window_tokens", "last_slice_tokens", "correct_tokens"):
             np.testing.assert_allclose(float(got[key]), float(want[key]), rtol=1e-12, err_msg=key)
 
