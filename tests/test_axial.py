@@ -126,10 +126,11 @@ def test_the_axial_model_has_the_joint_models_parameters_and_its_T1_logits():
         params = numpy_params(rank4jax.init_params, joint_cfg, jnp.float64)
         shapes = jax.eval_shape(lambda key: rank4jax.init_params(key, axial_cfg), jax.random.key(0))
         assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, shapes)
-        inputs = jnp.asarray(np.random.default_rng(3).integers(0, 11, (4, 1, 3)), jnp.int32)
+        inputs = np.random.default_rng(3).integers(0, 11, (4, 1, 3)).astype(np.int32)
+        forward = jax.jit(rank4jax.forward, static_argnums=2)  # eagerly, every primitive compiles on its own
         np.testing.assert_allclose(
-            np.asarray(rank4jax.forward(params, inputs, axial_cfg)),
-            np.asarray(rank4jax.forward(params, inputs, joint_cfg)),
+            np.asarray(forward(params, inputs, axial_cfg)),
+            np.asarray(forward(params, inputs, joint_cfg)),
             rtol=1e-12,
             atol=1e-12,
         )
