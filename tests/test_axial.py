@@ -17,6 +17,10 @@ from rank4jax.runs import load_run
 from rank4jax.training.loop import train
 from tests.helpers import numpy_params, rank4_cfg, tiny_config
 
+# jitted once (eagerly, every primitive of a forward compiles as its own program)
+_axial_heads = jax.jit(axial_heads, static_argnames="n_slices")
+_attention_heads = jax.jit(attention_heads)
+
 
 def _softmax(s, keep):
     s = np.where(keep, s, -np.inf)
@@ -79,7 +83,7 @@ def test_axial_attention_by_hand(case):
     params, u, mask = case()
     n_slices = u.shape[1] // 3
     with jax.enable_x64(True):
-        got, heads = axial_heads(
+        got, heads = _axial_heads(
             jax.tree.map(jnp.asarray, params), jnp.asarray(u), jnp.asarray(mask), n_slices=n_slices
         )
         np.testing.assert_allclose(np.asarray(got), _by_hand(params, u, mask, n_slices), rtol=1e-12, atol=1e-12)
@@ -98,8 +102,8 @@ def test_axial_equals_joint_where_one_hop_is_left(grid):
     params, u, mask = _case(*grid, seed=1)
     with jax.enable_x64(True):
         params, u, mask = jax.tree.map(jnp.asarray, (params, u, mask))
-        joint, joint_heads = attention_heads(params, u, mask)
-        axial, axial_heads_ = axial_heads(params, u, mask, n_slices=grid[1])
+        joint, joint_heads = _attention_heads(params, u, mask)
+        axial, axial_heads_ = _axial_heads(params, u, mask, n_slices=grid[1])
         np.testing.assert_allclose(np.asarray(axial), np.asarray(joint), rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(
             np.asarray(axial_heads_["weights"]), np.asarray(joint_heads["weights"]), rtol=1e-13, atol=1e-13
@@ -111,7 +115,7 @@ def test_axial_differs_from_joint_on_a_grid():
     params, u, mask = _case(3, 2, seed=2)
     with jax.enable_x64(True):
         params, u, mask = jax.tree.map(jnp.asarray, (params, u, mask))
-        gap = jnp.abs(attention_heads(params, u, mask)[0] - axial_heads(params, u, mask, n_slices=2)[0])
+        gap = jnp.abs(_attention_heads(params, u, mask)[0] - _axial_heads(params, u, mask, n_slices=2)[0])
         assert float(gap.max()) > 1e-2
 
 
