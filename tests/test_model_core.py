@@ -217,10 +217,10 @@ def test_next_state_logits_from_a_given_input_tensor_and_its_gradient():
     jax.grad with respect to X matches a finite difference (float64)."""
     with jax.enable_x64(True):
         cfg = tiny_cfg()
-        params = jax.tree.map(lambda a: a.astype(jnp.float64), rank4jax.init_params(jax.random.key(3), cfg))
-        inputs = jax.random.randint(jax.random.key(4), (2, cfg.n_slices, cfg.n_tokens), 1, cfg.vocab_size)
-        inputs = inputs.at[:, :, -1].set(0)
-        x = apply_embedding(params["embed"], jnp.swapaxes(inputs, 1, 2), cfg)
+        params = numpy_params(rank4jax.init_params, cfg, jnp.float64)
+        inputs = np.random.default_rng(4).integers(1, cfg.vocab_size, (2, cfg.n_slices, cfg.n_tokens)).astype(np.int32)
+        inputs[:, :, -1] = 0
+        x = jax.jit(apply_embedding, static_argnums=2)(params["embed"], np.swapaxes(inputs, 1, 2), cfg)
         next_state = jax.jit(rank4jax.models.rank4.next_state_logits, static_argnums=2)  # eager: a program per op
         plain = next_state(params, inputs, cfg)
         given = next_state(params, inputs, cfg, embedded=x)
