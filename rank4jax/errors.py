@@ -54,8 +54,9 @@ class SignalInterrupt(KeyboardInterrupt):
 def interrupt(signum: int, frame, error: BaseException) -> None:
     """Raise ``error`` from a signal handler whose ``frame`` is where the signal landed. Inside a
     garbage-collection callback (JAX runs one at every collection) Python would only print it
-    ("Exception ignored in …") and go on: there the signal is sent again 10 ms later instead, to land
-    once the collection is over."""
+    ("Exception ignored in …") and go on: there the signal is sent again 10 ms later instead, by when
+    a collection is over (a young generation's takes well under a millisecond; a full one of a large
+    heap can take longer, and a signal then landing in one of its weakref callbacks is printed)."""
     callbacks = {getattr(callback, "__code__", None) for callback in gc.callbacks}
     while frame is not None and frame.f_code not in callbacks:
         frame = frame.f_back
