@@ -9,8 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import rank4jax
 from configs import default, splm
 from rank4jax.engine.run_config import model_section
+
+# rank4jax.forward jitted once for every test module: one program per config and input shape (run
+# eagerly, every primitive compiles as its own program)
+jitted_forward = jax.jit(rank4jax.forward, static_argnums=2)
 
 TINY = {  # the tiny run, as dotted config keys: tiny_config() applies them, tiny_flags() passes them to a command
     "data.builtin_stories": 200,

@@ -15,7 +15,7 @@ from rank4jax.models.rank4.attention import attention_heads
 from rank4jax.models.rank4.axial import axial_heads
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
-from tests.helpers import numpy_params, rank4_cfg, tiny_config
+from tests.helpers import jitted_forward, numpy_params, rank4_cfg, tiny_config
 
 # jitted once (eagerly, every primitive of a forward compiles as its own program)
 _axial_heads = jax.jit(axial_heads, static_argnames="n_slices")
@@ -131,10 +131,9 @@ def test_the_axial_model_has_the_joint_models_parameters_and_its_T1_logits():
         shapes = jax.eval_shape(lambda key: rank4jax.init_params(key, axial_cfg), jax.random.key(0))
         assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, shapes)
         inputs = np.random.default_rng(3).integers(0, 11, (4, 1, 3)).astype(np.int32)
-        forward = jax.jit(rank4jax.forward, static_argnums=2)  # eagerly, every primitive compiles on its own
         np.testing.assert_allclose(
-            np.asarray(forward(params, inputs, axial_cfg)),
-            np.asarray(forward(params, inputs, joint_cfg)),
+            np.asarray(jitted_forward(params, inputs, axial_cfg)),
+            np.asarray(jitted_forward(params, inputs, joint_cfg)),
             rtol=1e-12,
             atol=1e-12,
         )

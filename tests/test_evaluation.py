@@ -22,7 +22,7 @@ from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
 from rank4jax.runs import load_run
 from tests.conftest import REPO
-from tests.helpers import numpy_params, tiny_config
+from tests.helpers import jitted_forward, numpy_params, tiny_config
 
 SHARED_ROC = REPO.parent / "shared" / "data" / "rocstories_spring2016_first45000.csv"
 V, N, T = 40, 5, 3
@@ -124,9 +124,8 @@ def test_next_state_readout_equals_the_full_forward_last_slice():
     with jax.enable_x64(True):
         family, cfg, params = _models()[0]
         windows = _states([T + 1] * 4)
-        forward = jax.jit(rank4jax.forward, static_argnums=2)  # eager, every primitive compiles on its own
         next_state = jax.jit(rank4jax.models.rank4.next_state_logits, static_argnums=2)
-        all_logits = forward(params, jnp.asarray(windows[:, :T]), cfg)
+        all_logits = jitted_forward(params, jnp.asarray(windows[:, :T]), cfg)
         logits = all_logits[:, :, -1]
         np.testing.assert_allclose(next_state(params, jnp.asarray(windows[:, :T]), cfg), logits, rtol=1e-12)
         predicted, ce = jax.jit(family.predict_and_score, static_argnums=2)(params, jnp.asarray(windows), cfg)

@@ -15,9 +15,7 @@ from rank4jax.models.rank4.embedding import apply_embedding
 from rank4jax.models.rank4.losses import last_slice_mean_ce
 from rank4jax.models.rank4.model import key_padding_mask
 from rank4jax.models.rank4.readout import apply_readout
-from tests.helpers import hand_position_tables, numpy_params
-
-_forward = jax.jit(rank4jax.forward, static_argnums=2)  # one program per input shape (eager: one per op)
+from tests.helpers import hand_position_tables, jitted_forward, numpy_params
 
 
 def tiny_cfg(**kw):
@@ -83,8 +81,8 @@ def test_pad_positions_never_reach_other_positions():
     changed = jax.tree_util.tree_map(lambda a: a, params)
     changed["embed"]["sem"] = params["embed"]["sem"].at[0].set(3.0)
     changed["embed"]["tmp"] = params["embed"]["tmp"].at[0].set(-2.0)
-    a = np.asarray(_forward(params, inputs, cfg))
-    b = np.asarray(_forward(changed, inputs, cfg))
+    a = np.asarray(jitted_forward(params, inputs, cfg))
+    b = np.asarray(jitted_forward(changed, inputs, cfg))
     for x, t in [(0, 0), (0, 1), (1, 1)]:
         np.testing.assert_allclose(a[0, x, t, 1:], b[0, x, t, 1:], rtol=1e-6, atol=1e-6)
     assert not np.allclose(a[0, 1, 0], b[0, 1, 0])  # the PAD position itself did change
@@ -95,7 +93,7 @@ def test_no_temporal_causal_mask():
     params = rank4jax.init_params(jax.random.key(2), cfg)
     a = jnp.array([[[4, 5], [2, 3]]])
     b = a.at[0, 1, 0].set(1)  # change a token of the last input slice
-    la, lb = _forward(params, a, cfg), _forward(params, b, cfg)
+    la, lb = jitted_forward(params, a, cfg), jitted_forward(params, b, cfg)
     assert np.max(np.abs(np.asarray(la[:, :, 0] - lb[:, :, 0]))) > 1e-4  # first slice changes
 
 
@@ -139,7 +137,7 @@ def test_losses_ignore_pad_and_last_slice_only():
 
 def test_forward_float64_follows_params():
     cfg = tiny_cfg()
-    init, forward = jax.jit(rank4jax.init_params, static_argnums=(1, 2)), _forward  # eager: a program per op
+    init, forward = jax.jit(rank4jax.init_params, static_argnums=(1, 2)), jitted_forward  # eager: a program per op
     with jax.enable_x64(True):
         params = init(jax.random.key(0), cfg, jnp.float64)
         logits = forward(params, jnp.array([[[4, 5], [2, 3]]]), cfg)
@@ -250,7 +248,7 @@ def test_token_ids_outside_the_vocabulary_give_nan_not_another_token():
     cfg = rank4jax.Rank4Config(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=1, dropout=0.0)
     params = numpy_params(rank4jax.init_params, cfg)
     model = r4nn.Rank4Model.from_params(params, cfg, deterministic=True)
-    forward, module = jax.jit(rank4jax.forward, static_argnums=2), nnx.jit(lambda model, x: model(x))
+    forward, module = jitted_forward, nnx.jit(lambda model, x: model(x))
     window_ce = jax.jit(lambda logits, targets: rank4jax.window_losses(logits, targets)["window_ce"])
     good = np.ones((1, 2, 3), np.int32)
     assert bool(np.isfinite(forward(params, good, cfg)).all())

@@ -19,7 +19,7 @@ import rank4jax
 import rank4jax.nn as r4nn
 from rank4jax.errors import ConfigError
 from rank4jax.models.zpx import ZPXConfig
-from tests.helpers import numpy_params
+from tests.helpers import jitted_forward, numpy_params
 
 PRODUCT_COMPILE = {"xla_backend_optimization_level": 2, "xla_cpu_use_fusion_emitters": True}  # XLA's defaults
 CFG = rank4jax.Rank4Config(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=2, dropout=0.3)
@@ -95,9 +95,7 @@ def test_outputs_and_gradients_equal_forward(x64, train):
         nnx.update(holder, grads)
         _assert_trees_equal(holder.to_params(), want_grads)
         if train:  # dropout ran; the stream draws that key, then another
-            assert not np.array_equal(
-                np.asarray(got), np.asarray(jax.jit(rank4jax.forward, static_argnums=2)(params, inputs, CFG))
-            )
+            assert not np.array_equal(np.asarray(got), np.asarray(jitted_forward(params, inputs, CFG)))
             call = nnx.jit(lambda model, key: model(inputs, rngs=key))
             first, second = call(model, None), call(model, None)  # no key: the stream's
             np.testing.assert_array_equal(np.asarray(first), np.asarray(call(model, key)))

@@ -11,6 +11,7 @@ from rank4jax.errors import ConfigError
 from rank4jax.models import baseline
 from rank4jax.prediction import predict_next
 from rank4jax.tokens import EOS_ID, PAD_ID
+from tests.helpers import jitted_forward
 
 
 def _story(run, n=4):
@@ -31,9 +32,8 @@ def test_rank4_prediction_is_the_argmax_of_the_forward_at_s_t(tiny_run):
     prediction = predict_next(run, sentences, rollout=1)
     assert prediction.dropped == 1 and prediction.unknown == 1 and prediction.inputs[1].startswith("[UNK:zzqx] ")
     window = _window(run, sentences[1:])
-    forward = jax.jit(rank4jax.forward, static_argnums=2)
     for state in prediction.states:
-        logits = np.asarray(forward(run.params, jnp.asarray(window), run.model_cfg))[0, :, -1]  # (N, V)
+        logits = np.asarray(jitted_forward(run.params, jnp.asarray(window), run.model_cfg))[0, :, -1]  # (N, V)
         ids = logits.argmax(-1)
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
