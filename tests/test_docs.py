@@ -22,7 +22,8 @@ def test_the_python_blocks_run(tiny_run, tmp_path, capsys):
     """Each as written; "runs/default" is the shared tiny run, "runs/from_python" a new workdir, and the
     config trained from Python the tiny run's (the default config's model: test_cli, make run)."""
     blocks = [(page.name, block) for page in PAGES for block in re.findall(r"```python\n(.*?)```", _text(page), re.S)]
-    assert [name for name, _ in blocks] == ["README.md"] * 3 + ["evaluation.md"] + ["operations.md"] * 2
+    expected = ["README.md"] * 3 + ["evaluation.md"] + ["operations.md"] * 2 + ["scaling.md"]
+    assert [name for name, _ in blocks] == expected
     assert sum(block.count("config = default.get_config()") for _, block in blocks) == 1
     for name, block in blocks:
         block = block.replace('"runs/default"', repr(str(tiny_run)))
@@ -33,6 +34,8 @@ def test_the_python_blocks_run(tiny_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "172512128" in printed and "[UNK:" in printed and "20 True" in printed
     assert "['embed', 'final_ln', 'layers', 'readout'] ['opt_state', 'rng', 'step'] {'next_index': " in printed
+    shown = re.findall(r"^    ((?:Δ|The lead of) .*)$", _text(REPO / "docs" / "scaling.md"), re.M)  # what it prints
+    assert len(shown) == 4 and set(shown) <= set(printed.splitlines())
 
 
 def commands() -> list[tuple[str, list[str]]]:
