@@ -12,8 +12,9 @@ file to 1e-12. Today's model reproduces them for the standard and the ZPX score,
 windows and on compact batches (checked against the full-width values), and the baseline's cached
 decode with the ZPX cache.
 
-The float32 initial parameters the values start from are stored beside them (``init/...``), as
-drawn at XLA's optimisation level 1 (the product's level 2 draws the same); the suite compiles at
+The initial parameters the values start from (float32, one table float64: drawn under x64) are
+stored beside them (``init/...``), as drawn at XLA's optimisation level 1 (the product's level 2
+draws the same); the suite compiles at
 level 0, where jax.random's float32 ops move some parameters by up to 1.4e-7, which would move the
 float64 outputs by up to 4e-7, so today's draw is checked against the stored one to that bound and
 the outputs are computed from the stored parameters, in float64, where the levels agree to 1e-15.
