@@ -905,6 +905,34 @@ def test_checkpoints_are_five_public_items_and_restore_parameters_alone(tiny_run
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_saved_config_that_does_not_fit_its_arrays_is_one_error_not_damage(tiny_run_copy):
+    """A checkpoint whose saved config was edited (``model.n_heads`` 2 → 1) was called damaged, with
+    orbax's "Event loop is closed" tracebacks from the failed restore; now the item's own metadata is
+    read first and the mismatch is one CheckpointError naming the array, before any restore, and
+    nothing is moved aside."""
+    edited = 0
+    for path in glob.glob(str(tiny_run_copy / "checkpoints" / "*" / "config" / "*")):
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except ValueError:
+            continue  # not the config's JSON
+        saved["model"]["n_heads"] = 1
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(saved, f)
+        edited += 1
+    assert edited == 2  # steps 4 and 6
+    with pytest.raises(CheckpointError) as refused:
+        load_run(str(tiny_run_copy))
+    assert not isinstance(refused.value, CheckpointDamaged)
+    assert str(refused.value) == (
+        f"checkpoint 6 in {tiny_run_copy} does not fit its own saved config: params['layers'][0]['attn']['wk'] "
+        "is (2, 8, 8) on disk, the config makes it (1, 8, 8) (was the saved config edited?)"
+    )
+    assert sorted(os.listdir(tiny_run_copy / "checkpoints")) == ["4", "6"]  # nothing moved aside
+    assert not (tiny_run_copy / "damaged_checkpoints").exists()
+
+
 @pytest.mark.parametrize("kind", ["device", "fifo"])
 def test_a_device_or_a_fifo_as_data_is_refused_unread(kind, tmp_path):
     """/dev/zero spun at 100 % CPU (the data was hashed before the "not a file" check) and a FIFO with
