@@ -1,4 +1,4 @@
-"""Compact batches (issue 7): only the positions whose input or target is not PAD are computed.
+"""Compact batches: only the positions whose input or target is not PAD are computed.
 
 - ``compact_windows`` keeps exactly those positions (a window without input tokens whole), puts the
   rows with a target first, and its ``grid`` / ``slot`` maps are inverse;

@@ -1,4 +1,4 @@
-"""Issue 26's measures of how much a model uses the story: LS(T) with another story's context and the
+"""The measures of how much a model uses the story: LS(T) with another story's context and the
 context gain, the ending-only Story Cloze rule, and McNemar's exact test between two models."""
 
 import math

@@ -1,4 +1,4 @@
-"""The training fast path (issue 7) computes exactly what the reference formulation does.
+"""The training fast path computes exactly what the reference formulation does.
 
 - ``readout_loss_sums`` (CE = logsumexp − target logit from the factors, accuracy as "the target's
   logit is the row maximum") equals ``window_loss_sums(forward(...))`` in value and gradient.

@@ -1,4 +1,4 @@
-"""Faults and hostile input (issue 18): one writer per workdir, unwritable workdirs, damaged
+"""Faults and hostile input: one writer per workdir, unwritable workdirs, damaged
 checkpoints (evaluation and resume fall back to the newest readable one), a checkpoint deleted
 while evaluation reads it, non-finite checkpoint values.
 

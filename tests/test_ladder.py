@@ -1,4 +1,4 @@
-"""The size ladder (issue 35): its configs, rate pick, matching and report, on one shared tiny run."""
+"""The size ladder: its configs, rate pick, matching and report, on one shared tiny run."""
 
 import json
 import math

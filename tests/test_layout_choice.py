@@ -1,4 +1,4 @@
-"""The batch layout chosen by measurement at start-up (issue 28): timed, logged, saved with the
+"""The batch layout chosen by measurement at start-up: timed, logged, saved with the
 checkpoints and kept on resume; named or ruled layouts are not measured."""
 
 import contextlib

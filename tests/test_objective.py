@@ -1,4 +1,4 @@
-"""The rank-4 objective and the selection loss as settings (issue 35).
+"""The rank-4 objective and the selection loss as settings.
 
 - ``model.objective_slices="last"``: the training objective is the mean CE over the content tokens
   of S(T) alone; its value and gradient equal a by-hand S(T)-only loss from ``rank4jax.forward``, on

@@ -1,4 +1,4 @@
-"""Issue 29: the precision policy, gradient accumulation, the FLOP count and MFU, the profiler
+"""The precision policy, gradient accumulation, the FLOP count and MFU, the profiler
 switch and the accelerator check at a tiny size."""
 
 import functools

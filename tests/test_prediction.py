@@ -1,4 +1,4 @@
-"""predict_next / predict.py (issue 37): the next state of a typed story, for every family."""
+"""predict_next / predict.py: the next state of a typed story, for every family."""
 
 import jax
 import jax.numpy as jnp

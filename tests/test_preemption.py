@@ -1,4 +1,4 @@
-"""Preemption with real signals (issue 19): SIGTERM saves within seconds, a second signal while the
+"""Preemption with real signals: SIGTERM saves within seconds, a second signal while the
 run saves or exits harms nothing, and a multi-stage command stops at its interrupted stage.
 
 Both train the tiny run (tests/helpers.py); the SIGTERM test at XLA's default flags, as the one test
@@ -21,7 +21,7 @@ from tests import launcher
 from tests.helpers import tiny_flags
 
 # From SIGTERM to exit: finish the running step, save, write the summary and plots, exit. Measured
-# about 3 s on 2 cores (a validation pass alone took longer before issue 19); generous for CI noise.
+# about 3 s on 2 cores; generous for CI noise.
 EXIT_WITHIN_S = 45.0
 
 
