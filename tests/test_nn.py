@@ -55,13 +55,14 @@ def _is_variable(v):
     return isinstance(v, nnx.Variable)
 
 
-@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
-@pytest.mark.parametrize("train", [False, True], ids=["eval", "dropout"])
-def test_outputs_and_gradients_equal_forward(x64, train):
+@pytest.mark.parametrize("train,x64", [(False, True), (True, False)], ids=["eval-float64", "dropout-float32"])
+def test_outputs_and_gradients_equal_forward(train, x64):
     """The module's logits and its parameters' gradients equal rank4jax.forward's bit for bit (both
     jitted): after .eval() its eval mode; in training mode (the default) with a dropout key,
     forward(train=True, rng=that key). Without a key at the call the key is the next of the model's
-    own dropout stream, and the stream moves on."""
+    own dropout stream, and the stream moves on. Two of the four (mode, dtype) pairs, each mode and
+    each dtype once: the dtype is the parameters' and flows through either mode alike, and each pair is
+    a level-2 compile of about 7 s."""
     with jax.enable_x64(x64):
         dtype = jnp.float64 if x64 else jnp.float32
         params = numpy_params(rank4jax.init_params, CFG, dtype)
