@@ -440,9 +440,10 @@ def _rung_tests(by_family: dict) -> dict:
     McNemar's exact p of its Story Cloze outcomes against the rank-4 model's, per rule
     (``<rule>_mcnemar_p_<family>``); and for the grid ablations (``GRID_ABLATIONS``), the lead over the
     baseline (``lead_<family>`` = the baseline's LS(T) − its own) and McNemar against the baseline
-    (``<rule>_mcnemar_p_<family>_vs_baseline``)."""
+    (``<rule>_mcnemar_p_<family>_vs_baseline``); and the matched grid against the flat grid at the rung's
+    width (``matched_vs_flat`` = its LS(T) − the flat grid's, ``<rule>_mcnemar_p_flat_matched_vs_flat``)."""
     out = {}
-    rank4, baseline = by_family.get("rank4"), by_family.get("baseline")
+    rank4, baseline, flat = by_family.get("rank4"), by_family.get("baseline"), by_family.get("flat")
     for family, row in by_family.items():
         if rank4 is not None and family != "rank4":
             if (gap := delta(row, rank4)) is not None:
@@ -452,6 +453,9 @@ def _rung_tests(by_family: dict) -> dict:
             if (gap := delta(row, baseline)) is not None:
                 out[f"lead_{family}"] = -gap
             out |= _mcnemar(baseline, row, f"{family}_vs_baseline")
+    if flat is not None and (matched := by_family.get("flat_matched")) is not None:
+        out["matched_vs_flat"] = matched["ls"] - flat["ls"]
+        out |= _mcnemar(flat, matched, "flat_matched_vs_flat")
     return out
 
 
@@ -615,6 +619,17 @@ def report_markdown(result: dict) -> str:
         lines += ["", "Against the baseline at the same rung (lead: the baseline's LS(T) − the family's; McNemar's p):"]
         lines += ["", "| D | family | lead | mean CE | PMI | ending only |", "|---|---|---|---|---|---|"]
         lines += against_baseline
+    matched = _matched_rows(result)
+    if matched:
+        lines += [
+            "",
+            "The matched grid against the flat grid at the same rung (Δ: the matched grid's LS(T) − the flat "
+            "grid's; McNemar's p):",
+            "",
+            "| D | Δ | mean CE | PMI | ending only |",
+            "|---|---|---|---|---|",
+        ]
+        lines += matched
     for family, fit in result["trend"].items():
         lines += ["", trend_sentence(family, fit)]
     for family, fit in result.get("lead_trend", {}).items():
@@ -634,6 +649,16 @@ def _test_rows(result: dict, suffix: str) -> list[str]:
                 continue
             cells = ([f"{lead:+.4f}"] if suffix else []) + [f"{float('nan') if v is None else v:.3g}" for v in p]
             rows.append(f"| {width} | {family} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _matched_rows(result: dict) -> list[str]:
+    """The matched-against-flat table's rows, one per rung that has both grids."""
+    rows = []
+    for width, tests in sorted(result["rungs"].items()):
+        if "matched_vs_flat" in tests:
+            p = [tests.get(f"{key}_mcnemar_p_flat_matched_vs_flat", float("nan")) for key in CLOZE_RULES]
+            rows.append(f"| {width} | {tests['matched_vs_flat']:+.4f} | " + " | ".join(f"{v:.3g}" for v in p) + " |")
     return rows
 
 
