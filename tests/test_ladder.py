@@ -198,11 +198,11 @@ def test_the_grid_families_are_tested_against_both_references():
     rows["d8/flat_matched"] = {"width": 8, "family": "flat_matched", "params": 10**4, "ls": 5.0,
                                "cloze_correct": {"mean_ce": [1, 1, 1, 0]}}  # fmt: skip
     tests = lad._rung_tests({r["family"]: r for r in rows.values() if r["width"] == 8})
-    assert tests["matched_vs_flat"] == -0.125  # 5.0 − 5.125
+    assert tests["delta_flat_matched_vs_flat"] == -0.125  # 5.0 − 5.125
     assert tests["cloze_accuracy_mcnemar_p_flat_matched_vs_flat"] == 0.25  # three discordant, all the matched grid's
     table = lad.report_markdown({"split": "test", "rows": {}, "rungs": {8: tests, 16: {}}, "trend": {}})
-    header = "| D | Δ | mean CE | PMI | ending only |\n|---|---|---|---|---|\n"
-    assert table.endswith(header + "| 8 | -0.1250 | 0.25 | nan | nan |")  # rung 16 has neither grid: no row
+    header = "| D | family | Δ | mean CE | PMI | ending only |\n|---|---|---|---|---|---|\n"
+    assert table.endswith(header + "| 8 | flat_matched | -0.1250 | 0.25 | nan | nan |")  # rung 16: neither grid
 
 
 @pytest.fixture(scope="module")

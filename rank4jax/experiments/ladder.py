@@ -441,7 +441,7 @@ def _rung_tests(by_family: dict) -> dict:
     (``<rule>_mcnemar_p_<family>``); and for the grid ablations (``GRID_ABLATIONS``), the lead over the
     baseline (``lead_<family>`` = the baseline's LS(T) − its own) and McNemar against the baseline
     (``<rule>_mcnemar_p_<family>_vs_baseline``); and the matched grid against the flat grid at the rung's
-    width (``matched_vs_flat`` = its LS(T) − the flat grid's, ``<rule>_mcnemar_p_flat_matched_vs_flat``)."""
+    width (``delta_flat_matched_vs_flat`` = its LS(T) − the flat grid's, ``<rule>_mcnemar_p_flat_matched_vs_flat``)."""
     out = {}
     rank4, baseline, flat = by_family.get("rank4"), by_family.get("baseline"), by_family.get("flat")
     for family, row in by_family.items():
@@ -454,7 +454,7 @@ def _rung_tests(by_family: dict) -> dict:
                 out[f"lead_{family}"] = -gap
             out |= _mcnemar(baseline, row, f"{family}_vs_baseline")
     if flat is not None and (matched := by_family.get("flat_matched")) is not None:
-        out["matched_vs_flat"] = matched["ls"] - flat["ls"]
+        out["delta_flat_matched_vs_flat"] = matched["ls"] - flat["ls"]
         out |= _mcnemar(flat, matched, "flat_matched_vs_flat")
     return out
 
@@ -614,22 +614,18 @@ def report_markdown(result: dict) -> str:
                   "trained on, so those accuracies overstate what a held-out set would give."]  # fmt: skip
     for name, record in result.get("diverged", {}).items():
         lines += ["", f"{name} (lr {record['learning_rate']:g}) has no figures: {record['error']}"]
-    against_baseline = _test_rows(result, "_vs_baseline")
+    against_baseline = _test_rows(result, "_vs_baseline", gap="lead_{family}")
     if against_baseline:
         lines += ["", "Against the baseline at the same rung (lead: the baseline's LS(T) − the family's; McNemar's p):"]
         lines += ["", "| D | family | lead | mean CE | PMI | ending only |", "|---|---|---|---|---|---|"]
         lines += against_baseline
-    matched = _matched_rows(result)
+    matched = _test_rows(result, "_vs_flat", gap="delta_{family}_vs_flat")
     if matched:
         lines += [
             "",
-            "The matched grid against the flat grid at the same rung (Δ: the matched grid's LS(T) − the flat "
-            "grid's; McNemar's p):",
-            "",
-            "| D | Δ | mean CE | PMI | ending only |",
-            "|---|---|---|---|---|",
+            "The matched grid against the flat grid at the same rung (Δ: its LS(T) − the flat grid's; McNemar's p):",
         ]
-        lines += matched
+        lines += ["", "| D | family | Δ | mean CE | PMI | ending only |", "|---|---|---|---|---|---|", *matched]
     for family, fit in result["trend"].items():
         lines += ["", trend_sentence(family, fit)]
     for family, fit in result.get("lead_trend", {}).items():
@@ -637,28 +633,19 @@ def report_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _test_rows(result: dict, suffix: str) -> list[str]:
+def _test_rows(result: dict, suffix: str, gap: str | None = None) -> list[str]:
     """The McNemar tables' rows, one per rung and family that has them: against the rank-4 model
-    (``suffix`` "") or against the baseline ("_vs_baseline", with the family's lead over it)."""
+    (``suffix`` ""), the baseline ("_vs_baseline", ``gap`` "lead_{family}": the family's lead over it)
+    or the flat grid ("_vs_flat", ``gap`` "delta_{family}_vs_flat")."""
     rows = []
     for width, tests in sorted(result["rungs"].items()):
         for family in FAMILIES:
             p = [tests.get(f"{key}_mcnemar_p_{family}{suffix}") for key in CLOZE_RULES]
-            lead = tests.get(f"lead_{family}") if suffix else None
+            lead = tests.get(gap.format(family=family)) if gap else None
             if all(v is None for v in p) and lead is None:
                 continue
-            cells = ([f"{lead:+.4f}"] if suffix else []) + [f"{float('nan') if v is None else v:.3g}" for v in p]
+            cells = ([f"{lead:+.4f}"] if gap else []) + [f"{float('nan') if v is None else v:.3g}" for v in p]
             rows.append(f"| {width} | {family} | " + " | ".join(cells) + " |")
-    return rows
-
-
-def _matched_rows(result: dict) -> list[str]:
-    """The matched-against-flat table's rows, one per rung that has both grids."""
-    rows = []
-    for width, tests in sorted(result["rungs"].items()):
-        if "matched_vs_flat" in tests:
-            p = [tests.get(f"{key}_mcnemar_p_flat_matched_vs_flat", float("nan")) for key in CLOZE_RULES]
-            rows.append(f"| {width} | {tests['matched_vs_flat']:+.4f} | " + " | ".join(f"{v:.3g}" for v in p) + " |")
     return rows
 
 
