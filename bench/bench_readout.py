@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import optax
 
 from bench.common import interleaved_medians
+from rank4jax.models.rank4.codes import apply_readout, readout_matrix
 from rank4jax.models.rank4.losses import readout_loss_sums
-from rank4jax.models.rank4.readout import apply_readout, readout_matrix
 
 B, N, T, DX, DT, V = 32, 16, 4, 16, 8, 4000
 

@@ -14,9 +14,9 @@ Public API (SPEC §11)::
 The layer on its own, for models of your own on any grid of (dx, dt) fibers::
 
     layer = rank4jax.init_layer(key, dx, dt, n_heads)        # {ln_attn, attn, ln_mlp, mlp}
-    out = rank4jax.rank4_attention(layer["attn"], x, key_mask)   # x (B, *grid, dx, dt), key_mask (B, *grid)
-    a = rank4jax.rank4_attention_weights(layer["attn"], x, key_mask)  # (B, H, *grid, *grid)
-    x = rank4jax.rank4_block(layer, x, key_mask)             # one Pre-LN layer (SPEC §3–§4)
+    x = rank4jax.rank4_block(layer, x, mask)                 # one Pre-LN layer (SPEC §3–§4): the one the model runs
+    out = rank4jax.rank4_attention(layer["attn"], x, mask)   # x (B, *grid, dx, dt), mask (B, *grid) or (B, [H,] P, K)
+    a = rank4jax.rank4_attention_weights(layer["attn"], x, mask)  # (B, H, *grid, *grid)
 
 Flax NNX modules over the same functions: ``rank4jax.nn`` (``Rank4Model``, ``Rank4Block``, …).
 """

@@ -10,7 +10,7 @@ import pytest
 import rank4jax
 from rank4jax.models.common import layer_norm
 from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import attention_heads
+from rank4jax.models.rank4.attention import joint_heads
 from rank4jax.models.rank4.model import key_padding_mask
 from tests.helpers import numpy_params
 
@@ -67,7 +67,7 @@ def _single_layer_grads(case, dtype):
     cot = jnp.asarray(np.random.default_rng(9).standard_normal(x.shape), dtype)
 
     def autodiff(x, ln, attn):
-        return attention_heads(attn, layer_norm(x, ln["scale"], ln["bias"]), mask)[0]
+        return joint_heads(attn, layer_norm(x, ln["scale"], ln["bias"]), mask)[0]
 
     def analytic(x, ln, attn):
         return attention_block(x, ln, attn, mask)

@@ -11,7 +11,7 @@ import pytest
 
 import rank4jax
 from rank4jax.errors import ConfigError
-from rank4jax.models.rank4.attention import attention_heads
+from rank4jax.models.rank4.attention import joint_heads
 from rank4jax.models.rank4.axial import axial_heads
 from rank4jax.runs import load_run
 from rank4jax.training.loop import train
@@ -19,7 +19,7 @@ from tests.helpers import jitted_forward, numpy_params, rank4_cfg, tiny_config
 
 # jitted once (eagerly, every primitive of a forward compiles as its own program)
 _axial_heads = jax.jit(axial_heads, static_argnames="n_slices")
-_attention_heads = jax.jit(attention_heads)
+_joint_heads = jax.jit(joint_heads)
 
 
 def _softmax(s, keep):
@@ -102,11 +102,11 @@ def test_axial_equals_joint_where_one_hop_is_left(grid):
     params, u, mask = _case(*grid, seed=1)
     with jax.enable_x64(True):
         params, u, mask = jax.tree.map(jnp.asarray, (params, u, mask))
-        joint, joint_heads = _attention_heads(params, u, mask)
+        joint, joint_tensors = _joint_heads(params, u, mask)
         axial, axial_heads_ = _axial_heads(params, u, mask, n_slices=grid[1])
         np.testing.assert_allclose(np.asarray(axial), np.asarray(joint), rtol=1e-13, atol=1e-13)
         np.testing.assert_allclose(
-            np.asarray(axial_heads_["weights"]), np.asarray(joint_heads["weights"]), rtol=1e-13, atol=1e-13
+            np.asarray(axial_heads_["weights"]), np.asarray(joint_tensors["weights"]), rtol=1e-13, atol=1e-13
         )
 
 
@@ -115,7 +115,7 @@ def test_axial_differs_from_joint_on_a_grid():
     params, u, mask = _case(3, 2, seed=2)
     with jax.enable_x64(True):
         params, u, mask = jax.tree.map(jnp.asarray, (params, u, mask))
-        gap = jnp.abs(_attention_heads(params, u, mask)[0] - _axial_heads(params, u, mask, n_slices=2)[0])
+        gap = jnp.abs(_joint_heads(params, u, mask)[0] - _axial_heads(params, u, mask, n_slices=2)[0])
         assert float(gap.max()) > 1e-2
 
 

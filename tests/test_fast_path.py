@@ -14,7 +14,7 @@ import pytest
 from rank4jax.data.windows import trim_padding
 from rank4jax.models import rank4
 from rank4jax.models.family import RANK4
-from rank4jax.models.rank4.readout import target_logits
+from rank4jax.models.rank4.codes import target_logits
 from tests.helpers import max_leaf_diff, numpy_params, ragged_windows, rank4_cfg
 
 
@@ -52,7 +52,7 @@ def test_target_logits_equal_the_logits_entry():
         y = jnp.asarray(np.random.default_rng(2).standard_normal((2, 5, cfg.width)))
         tgt = jnp.array([[0, 3, 29, 7, 7], [1, 2, 3, 4, 5]])
         sem, tmp = params["embed"]["sem"], params["readout"]["tmp"]
-        logits = rank4.readout.apply_readout(sem, tmp, y)
+        logits = rank4.codes.apply_readout(sem, tmp, y)
         expected = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
         np.testing.assert_allclose(target_logits(sem, tmp, y, tgt), expected, rtol=0, atol=1e-13)
 

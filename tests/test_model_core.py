@@ -11,10 +11,9 @@ import pytest
 import rank4jax
 from rank4jax.models.common import keep_mask, sinusoid_table
 from rank4jax.models.rank4.attention import attention_weights
-from rank4jax.models.rank4.embedding import apply_embedding
+from rank4jax.models.rank4.codes import apply_embedding, apply_readout
 from rank4jax.models.rank4.losses import last_slice_mean_ce
 from rank4jax.models.rank4.model import key_padding_mask
-from rank4jax.models.rank4.readout import apply_readout
 from tests.helpers import hand_position_tables, jitted_forward, numpy_params
 
 

@@ -203,27 +203,6 @@ def test_masks_broadcast_causal_extra_and_sown_weights():
         np.testing.assert_array_equal(np.asarray(out), np.asarray(block(x, jnp.asarray(partial))))
 
 
-def test_parameters_carry_the_trainers_partition(tmp_path):
-    """nnx.get_partition_spec names the trainer's model axis on the heads and the MLP width; built under
-    jax.set_mesh over the two devices, every parameter is sharded as the trainer shards the same tree."""
-    from jax.sharding import PartitionSpec
-
-    from rank4jax.engine.sharding import make_mesh, state_shardings
-
-    specs = nnx.get_partition_spec(nnx.state(r4nn.Rank4Model(CFG, rngs=nnx.Rngs(0)), nnx.Param))
-    assert specs["layers"][0]["attn"]["wq"].get_value() == PartitionSpec("model", None, None)
-    assert specs["layers"][0]["mlp"]["w1"].get_value() == PartitionSpec(None, "model")
-    assert specs["embed"]["sem"].get_value() == PartitionSpec()
-    mesh = make_mesh(data=1, model=2)
-    with jax.set_mesh(mesh):
-        model = r4nn.Rank4Model(CFG, rngs=nnx.Rngs(0))
-    params = model.to_params()
-    want = state_shardings(mesh, params)
-    got = jax.tree.map(lambda leaf: leaf.sharding, params)
-    jax.tree.map(lambda a, b: (a.spec, a.mesh.shape) == (b.spec, b.mesh.shape) or pytest.fail(f"{a} != {b}"), got, want)
-    assert params["layers"][0]["attn"]["wq"].sharding.spec == PartitionSpec("model", None, None)
-
-
 def test_initialisers_and_constructor_errors():
     block = r4nn.Rank4Block(2, 3, 2, kernel_init=nnx.initializers.zeros, rngs=nnx.Rngs(0))
     assert float(jnp.abs(block.attn.wq[...]).max()) == 0.0 and float(jnp.abs(block.mlp.w2[...]).max()) == 0.0

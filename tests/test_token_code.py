@@ -12,7 +12,7 @@ import numpy as np
 import rank4jax
 from configs import rocstories
 from rank4jax.models.family import run_param_count
-from rank4jax.models.rank4.embedding import apply_embedding
+from rank4jax.models.rank4.codes import apply_embedding
 from rank4jax.models.rank4.losses import code_loss_sums, window_loss_sums
 from rank4jax.models.rank4.model import hidden_states
 from rank4jax.runs import load_run

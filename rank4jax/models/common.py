@@ -206,7 +206,25 @@ def init_mlp(key: jax.Array, width: int, dtype, kernel_init=fan_in_uniform) -> d
 
 def apply_mlp(params: dict, x: jax.Array) -> jax.Array:
     """W2 · GELU(W1 · x + b1) + b2 over the last axis (exact erf GELU). x (..., D) → (..., D)."""
-    return on_rows(lambda rows: gelu(rows @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"], x)
+
+    def mlp(rows):  # (R, D) → (R, 4D) → (R, D); the second matmul sums over the hidden width, which a mesh may split
+        hidden = gelu(rows @ params["w1"] + params["b1"])
+        return jnp.matmul(hidden, params["w2"], out_sharding=explicit_sharding(rows)) + params["b2"]
+
+    return on_rows(mlp, x)
+
+
+def explicit_mesh() -> bool:
+    """Whether the current mesh (``jax.set_mesh``) has Explicit axes, where every array's sharding is
+    part of its type: a contraction over a split axis must then name its output's sharding."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and mesh.are_all_axes_explicit
+
+
+def explicit_sharding(x: jax.Array):
+    """``x``'s sharding on a mesh with Explicit axes (the output sharding of a contraction that should
+    be laid out as ``x`` is), else None (XLA's partitioner chooses)."""
+    return jax.typeof(x).sharding if explicit_mesh() else None
 
 
 @jax.custom_jvp

@@ -13,22 +13,27 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rank4jax.models.common import fan_in_uniform
+from rank4jax.models.rank4.codes import apply_embedding, apply_readout, grid_position_tables, init_readout
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.embedding import apply_embedding, grid_position_tables, init_embedding
-from rank4jax.models.rank4.readout import apply_readout, init_readout
 from rank4jax.nn.common import cast, check_stream, compute_dtype, initial, param
 from rank4jax.nn.layers import check_sizes
 
 
-def position_codes(grid: tuple[int, int], dx: int, dt: int, dtype=jnp.float32) -> jax.Array:
+def position_codes(grid: tuple[int, ...], dx: int, dt: int, dtype=jnp.float32) -> jax.Array:
     """The paper's fixed position codes of an (N, T) grid (SPEC §2 Stages B and D), (N, T, dx, dt):
     P[x] over the semantic fiber (the same for every q) plus R[x + t] over the temporal fiber (the same
     for every n); x the position within a state (grid axis 0), t the state (axis 1). Exactly what
-    :class:`Rank4Embedding` adds to the stories' tokens. Add it to a stream of that grid."""
-    (n_tokens, n_slices) = grid
+    :class:`Rank4Embedding` adds to the stories' tokens. Add it to a stream of that grid. A 1-axis grid
+    (N,) is the (N, 1) grid's codes, (N, dx, dt); the code is defined for these two ranks only."""
+    if not isinstance(grid, tuple | list) or len(grid) not in (1, 2):
+        raise ValueError(
+            f"position_codes: grid must be (N, T) or (N,), the paper's position code's grids; got {grid!r}"
+        )
+    n_tokens, n_slices = (tuple(grid) + (1,))[:2]
     check_sizes("position_codes", n_tokens=n_tokens, n_slices=n_slices, dx=dx, dt=dt)
     spatial, joint = grid_position_tables(n_tokens, n_slices, dx, dt, dtype)  # P (N, dx), R[x+t] (N, T, dt)
-    return jnp.asarray(spatial)[:, None, :, None] + jnp.asarray(joint)[:, :, None, :]  # (N, T, dx, dt)
+    codes = jnp.asarray(spatial)[:, None, :, None] + jnp.asarray(joint)[:, :, None, :]  # (N, T, dx, dt)
+    return codes if len(grid) == 2 else codes[:, 0]
 
 
 class Rank4Embedding(nnx.Module):
@@ -37,10 +42,12 @@ class Rank4Embedding(nnx.Module):
     Parameters Esem (V, dx) and Etmp (V, dt), N(0, 1) with the PAD row zero."""
 
     def __init__(self, cfg: Rank4Config, *, dtype=None, param_dtype=jnp.float32, rngs=None, params=None):
-        params = initial(params, rngs, lambda key: init_embedding(key, cfg, param_dtype))
+        params = initial(
+            params, rngs, lambda key: cfg.tokens.init_embed(key, cfg.vocab_size, cfg.dx, cfg.dt, param_dtype)
+        )
         self.cfg, self.dtype = cfg, dtype
-        self.sem = param(params["sem"], "embed", "sem")  # Esem (V, dx)
-        self.tmp = param(params["tmp"], "embed", "tmp")  # Etmp (V, dt)
+        self.sem = param(params["sem"], "embed", "sem", "Rank4Embedding")  # Esem (V, dx)
+        self.tmp = param(params["tmp"], "embed", "tmp", "Rank4Embedding")  # Etmp (V, dt)
 
     @classmethod
     def from_params(cls, params: dict, cfg: Rank4Config, **options) -> Rank4Embedding:
@@ -92,10 +99,11 @@ class OuterProductEmbed(nnx.Module):
         check_sizes("OuterProductEmbed", in_features=in_features, dx=dx, dt=dt)
         k_sem, k_tmp = jax.random.split(rngs.params())
         self.in_features, self.fiber, self.dtype = in_features, (dx, dt), dtype
-        self.sem = nnx.Param(kernel_init(k_sem, (in_features, dx), param_dtype))  # Wsem (F, dx)
-        self.tmp = nnx.Param(kernel_init(k_tmp, (in_features, dt), param_dtype))  # Wtmp (F, dt)
-        self.sem_bias = nnx.Param(jnp.zeros((dx,), param_dtype)) if use_bias else None  # (dx,)
-        self.tmp_bias = nnx.Param(jnp.zeros((dt,), param_dtype)) if use_bias else None  # (dt,)
+        owner = "OuterProductEmbed"
+        self.sem = param(kernel_init(k_sem, (in_features, dx), param_dtype), "features", "sem", owner)  # Wsem (F, dx)
+        self.tmp = param(kernel_init(k_tmp, (in_features, dt), param_dtype), "features", "tmp", owner)  # Wtmp (F, dt)
+        self.sem_bias = param(jnp.zeros((dx,), param_dtype), "features", "sem_bias", owner) if use_bias else None
+        self.tmp_bias = param(jnp.zeros((dt,), param_dtype), "features", "tmp_bias", owner) if use_bias else None
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """x (B, *grid, F) → (B, *grid, dx, dt)."""
@@ -126,7 +134,7 @@ class Rank4Readout(nnx.Module):
         check_sizes("Rank4Readout", vocab_size=vocab_size, dx=dx, dt=dt)
         params = initial(params, rngs, lambda key: init_readout(key, vocab_size, dt, dx * dt, param_dtype))
         self.fiber, self.dtype = (dx, dt), dtype
-        self.tmp = param(params["tmp"], "readout", "tmp")  # W′ (V, dt)
+        self.tmp = param(params["tmp"], "readout", "tmp", "Rank4Readout")  # W′ (V, dt)
 
     def to_params(self) -> dict:
         return {"tmp": self.tmp.get_value()}
@@ -150,8 +158,10 @@ class FactorisedReadout(nnx.Module):
         check_sizes("FactorisedReadout", dx=dx, dt=dt, out_features=out_features)
         k_sem, k_tmp = jax.random.split(rngs.params())
         self.fiber, self.dtype = (dx, dt), dtype
-        self.sem = nnx.Param(jax.random.normal(k_sem, (out_features, dx), param_dtype))  # A (O, dx)
-        self.tmp = nnx.Param(init_readout(k_tmp, out_features, dt, dx * dt, param_dtype)["tmp"])  # B (O, dt)
+        sem = jax.random.normal(k_sem, (out_features, dx), param_dtype)
+        self.sem = param(sem, "outputs", "sem", "FactorisedReadout")  # A (O, dx)
+        tmp = init_readout(k_tmp, out_features, dt, dx * dt, param_dtype)["tmp"]
+        self.tmp = param(tmp, "outputs", "tmp", "FactorisedReadout")  # B (O, dt)
 
     def __call__(self, y: jax.Array) -> jax.Array:
         """y (B, *grid, dx, dt) → (B, *grid, O)."""

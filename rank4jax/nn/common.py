@@ -1,4 +1,4 @@
-"""What every ``rank4jax.nn`` module shares: parameters with the trainer's partition as flax metadata,
+"""What every ``rank4jax.nn`` module shares: parameters with their logical axis names as flax metadata,
 the compute dtype, the dropout keys of a module's ``rngs`` stream, and the checks of its inputs.
 
 Axes: B batch, a grid of any shape (the stories' (N, T)), P = K its cells flattened in C order,
@@ -11,22 +11,49 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from flax.linen import get_logical_axis_rules
 
 from rank4jax.models import common
-from rank4jax.models.partition import leaf_partition
+from rank4jax.models.partition import DEFAULT_RULES, logical_axes, resolve
 
 
-def param(value: jax.Array, parent: str, name: str) -> nnx.Param:
-    """``value`` as an ``nnx.Param`` carrying the trainer's partition of ``parent.name`` (the model axis
-    on the attention heads and the MLP width: ``rank4jax.models.partition``) as ``out_sharding``. Built
-    under a mesh (``jax.set_mesh``) with those axes, the value is sharded at once, as the trainer shards
-    the same tree; built without one, it stays where it is and only carries the names."""
-    spec = leaf_partition(parent, name, value.ndim)
-    if not any(spec):
+def param(value, parent: str, name: str, owner: str) -> nnx.Param:
+    """``value`` as an ``nnx.Param`` carrying its logical axis names (``partition.LOGICAL_AXES``: e.g.
+    ("heads", "embed", "kv") for WQ) as ``out_sharding``. The names resolve by the user's
+    ``nnx.logical_axis_rules`` where those name them, else by ``partition.DEFAULT_RULES`` (the
+    trainer's: heads and the MLP width on ``model``), kept as the parameter's own ``sharding_rules``.
+    Built under a mesh (``jax.set_mesh``) the value is sharded at once; a name that resolves to an
+    axis the mesh lacks is refused, naming the rule to pass. A ``value`` made by
+    ``kernel_init=nnx.with_partitioning(init, names)`` keeps the user's names instead."""
+    if isinstance(value, nnx.VariableMetadata):  # the user's own annotation
+        spec, shape = value.metadata.get("out_sharding") or (), value.raw_value.shape
+        if len(spec) != len(shape):
+            raise ValueError(
+                f"{owner}.{name}: kernel_init's partitioning {tuple(spec)} names {len(spec)} axes for a parameter of "
+                f"shape {shape}; a Rank4Block's maps are (H, D, D) and (D, 4D): pass a plain initializer and map "
+                "the logical axes ('heads', 'mlp', ...) with nnx.logical_axis_rules, or partition each submodule"
+            )
         return nnx.Param(value)
+    names = logical_axes(parent, name, value.ndim)
+    if names is None:
+        return nnx.Param(value)
+    context = dict(get_logical_axis_rules())
+    own = tuple((alias, axis) for alias, axis in DEFAULT_RULES if alias in names and alias not in context)
     mesh = jax.sharding.get_abstract_mesh()
-    eager = not mesh.empty and all(axis in mesh.axis_names for axis in spec if axis is not None)
-    return nnx.Param(value, out_sharding=tuple(spec), eager_sharding=eager)
+    if not mesh.empty:
+        check_on_mesh(resolve(names, tuple(context.items()) + own), mesh, names, f"{owner}.{name}")
+    return nnx.Param(value, out_sharding=names, sharding_rules=own, eager_sharding=not mesh.empty)
+
+
+def check_on_mesh(spec, mesh, names: tuple, what: str) -> None:
+    """A ValueError naming the rule to pass when ``spec`` (resolved from ``names``) uses an axis the mesh lacks."""
+    for name, axes in zip(names, spec, strict=True):
+        for axis in axes if isinstance(axes, tuple) else (axes,):
+            if axis is not None and axis not in mesh.axis_names:
+                raise ValueError(
+                    f"{what}: logical axis {name!r} maps to mesh axis {axis!r}, which the mesh {mesh.axis_names} "
+                    f"lacks; build it under nnx.logical_axis_rules([({name!r}, <a mesh axis or None>), ...])"
+                )
 
 
 def initial(params, rngs, init):
@@ -101,36 +128,6 @@ def check_stream(x, fiber: tuple[int, int], owner: str, name: str = "x") -> None
         )
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"{owner}: {name} must be floating, got {x.dtype}")
-
-
-def key_mask(mask, x_shape: tuple, owner: str, is_causal: bool = False, causal_axis: int = -1) -> jax.Array:
-    """The keys every query may attend to, for the attention heads: (B or 1, K) bool, or (B or 1, P, K)
-    when causal. ``mask`` (None: every cell a key) must broadcast to (B, *grid); ``is_causal``: a query
-    sees only the keys at or before its own index along the grid axis ``causal_axis`` (the stories'
-    slices: the last axis of their (N, T) grid)."""
-    grid_shape = tuple(x_shape[:-2])  # (B, *grid)
-    if mask is None:
-        keys = jnp.ones((1, int(np.prod(grid_shape[1:]))), bool)
-    else:
-        mask = jnp.asarray(mask)
-        if mask.dtype != jnp.bool_:
-            raise ValueError(f"{owner}: mask must be bool (True: the cell is a key), got {mask.dtype}")
-        try:
-            broadcast = np.broadcast_shapes(mask.shape, grid_shape)
-        except ValueError:
-            broadcast = None
-        if broadcast != grid_shape:
-            raise ValueError(f"{owner}: mask of shape {mask.shape} does not broadcast to (B, *grid) = {grid_shape}")
-        mask = mask.reshape((1,) * (len(grid_shape) - mask.ndim) + mask.shape)
-        batch = grid_shape[0] if mask.shape[0] != 1 else 1
-        keys = jnp.broadcast_to(mask, (batch,) + grid_shape[1:]).reshape(batch, -1)
-    if not is_causal:
-        return keys
-    grid = grid_shape[1:]
-    axis = causal_axis % len(grid)
-    index = np.broadcast_to(np.arange(grid[axis]).reshape([-1 if a == axis else 1 for a in range(len(grid))]), grid)
-    index = index.reshape(-1)  # each cell's index along the causal axis (P,)
-    return keys[:, None, :] & jnp.asarray(index[None, :] <= index[:, None])[None]  # (B or 1, P, K)
 
 
 def check_extra(extra, x_shape: tuple, owner: str):

@@ -20,8 +20,10 @@ module from one. Flax's habits hold: keyword-only ``rngs`` (``nnx.Rngs(params=0,
 dropout draws from the module's own ``dropout`` stream), ``.train()`` / ``.eval()`` and
 ``deterministic`` as ``nnx.Dropout`` has them (modules start in training mode), ``dtype`` the
 compute dtype (None: promote inputs and parameters) and ``param_dtype`` the storage dtype,
-``kernel_init`` overridable (SPEC §5's U(±1/sqrt(fan_in)) by default), the trainer's partition as
-each parameter's ``out_sharding`` metadata, and the attention weights by ``sow`` (``nnx.Intermediate``).
+``kernel_init`` overridable (SPEC §5's U(±1/sqrt(fan_in)) by default; ``nnx.with_partitioning``
+keeps its own names), each parameter's logical axis names as its ``out_sharding`` metadata (resolved
+by ``nnx.logical_axis_rules``, else by the trainer's rules), and the attention weights by ``sow``
+(``nnx.Intermediate``). Every module computes in, and returns, its compute dtype.
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rank4jax.models import scores
-from rank4jax.models.common import apply_mlp, fan_in_uniform, init_layer_norm, init_mlp, layer_norm, split_keys
-from rank4jax.models.common import dropout as drop
-from rank4jax.models.rank4.analytic import attention_block
-from rank4jax.models.rank4.attention import attention_heads, init_attention
-from rank4jax.models.rank4.block import init_layer
-from rank4jax.models.rank4.config import ATTENTION_MODES, Rank4Config
+from rank4jax.models.common import apply_mlp, fan_in_uniform, init_layer_norm, init_mlp, layer_norm
+from rank4jax.models.rank4 import block as functional
+from rank4jax.models.rank4.attention import grid_mask, init_attention, joint_heads
+from rank4jax.models.rank4.config import Rank4Config
+from rank4jax.models.rank4.layout import ON_GRID
 from rank4jax.models.sizes import check_dropout, check_positive_int
 from rank4jax.nn.common import (
     cast,
@@ -46,7 +47,6 @@ from rank4jax.nn.common import (
     dropout_keys,
     dropout_stream,
     initial,
-    key_mask,
     param,
 )
 
@@ -79,8 +79,8 @@ class FiberLayerNorm(nnx.Module):
             key = jax.random.key(0)  # constant initialisers take no randomness
             params = {"scale": scale_init(key, (dx, dt), param_dtype), "bias": bias_init(key, (dx, dt), param_dtype)}
         self.fiber, self.dtype = (dx, dt), dtype
-        self.scale = param(params["scale"], "ln", "scale")  # (dx, dt)
-        self.bias = param(params["bias"], "ln", "bias")  # (dx, dt)
+        self.scale = param(params["scale"], "ln", "scale", "FiberLayerNorm")  # (dx, dt)
+        self.bias = param(params["bias"], "ln", "bias", "FiberLayerNorm")  # (dx, dt)
 
     def to_params(self) -> dict:
         return {"scale": self.scale.get_value(), "bias": self.bias.get_value()}
@@ -113,10 +113,10 @@ class Rank4MLP(nnx.Module):
         check_sizes("Rank4MLP", dx=dx, dt=dt)
         params = initial(params, rngs, lambda key: init_mlp(key, dx * dt, param_dtype, kernel_init))
         self.fiber, self.dtype = (dx, dt), dtype
-        self.w1 = param(params["w1"], "mlp", "w1")  # (D, 4D)
-        self.b1 = param(params["b1"], "mlp", "b1")  # (4D,)
-        self.w2 = param(params["w2"], "mlp", "w2")  # (4D, D)
-        self.b2 = param(params["b2"], "mlp", "b2")  # (D,)
+        self.w1 = param(params["w1"], "mlp", "w1", "Rank4MLP")  # (D, 4D)
+        self.b1 = param(params["b1"], "mlp", "b1", "Rank4MLP")  # (4D,)
+        self.w2 = param(params["w2"], "mlp", "w2", "Rank4MLP")  # (4D, D)
+        self.b2 = param(params["b2"], "mlp", "b2", "Rank4MLP")  # (D,)
 
     def to_params(self) -> dict:
         return {name: getattr(self, name).get_value() for name in ("w1", "b1", "w2", "b2")}
@@ -135,8 +135,8 @@ class Rank4Attention(nnx.Module):
     """Rank-4 attention (SPEC §3): full-width multi-head attention over the flattened key grid with
     D-vector tokens. H heads, each with full (D, D) maps WQ_h, WK_h, WV_h (no bias), the score
     contracting both fibers at 1/sqrt(D), one softmax over every key cell of the grid, the heads'
-    outputs summed (no output map). ``causal_axis``: the grid axis ``is_causal`` orders (default the
-    last, the stories' slices)."""
+    outputs summed (no output map). ``causal_axis``: the grid axis ``is_causal`` orders unless the
+    call names one (default the last: the stories' slices of their (N, T) grid)."""
 
     def __init__(
         self,
@@ -154,22 +154,23 @@ class Rank4Attention(nnx.Module):
         check_sizes("Rank4Attention", dx=dx, dt=dt, n_heads=n_heads)
         params = initial(params, rngs, lambda key: init_attention(key, n_heads, dx * dt, param_dtype, kernel_init))
         self.fiber, self.causal_axis, self.dtype = (dx, dt), causal_axis, dtype
-        self.wq = param(params["wq"], "attn", "wq")  # (H, D, D), input fiber first
-        self.wk = param(params["wk"], "attn", "wk")
-        self.wv = param(params["wv"], "attn", "wv")
+        self.wq = param(params["wq"], "attn", "wq", "Rank4Attention")  # (H, D, D), input fiber first
+        self.wk = param(params["wk"], "attn", "wk", "Rank4Attention")
+        self.wv = param(params["wv"], "attn", "wv", "Rank4Attention")
 
     def to_params(self) -> dict:
         return {"wq": self.wq.get_value(), "wk": self.wk.get_value(), "wv": self.wv.get_value()}
 
-    def _heads(self, x, mask, extra, is_causal):
+    def _heads(self, x, mask, extra, is_causal, causal_axis):
         check_stream(x, self.fiber, "Rank4Attention")
-        keys = key_mask(mask, x.shape, "Rank4Attention", is_causal, self.causal_axis)
+        axis = self.causal_axis if causal_axis is None else causal_axis
+        mask = grid_mask(mask, x.shape, "Rank4Attention", is_causal, axis)
         extra = check_extra(extra, x.shape, "Rank4Attention")
         params = self.to_params()
         dtype = compute_dtype(self.dtype, x, *params.values())
         u = x.astype(dtype).reshape(x.shape[0], -1, x.shape[-2] * x.shape[-1])  # (B, P, D)
         extra = None if extra is None else extra.astype(dtype)
-        return attention_heads(cast(params, dtype), u, keys, extra)  # Σ_h O_h (B, P, D), the heads' tensors
+        return joint_heads(cast(params, dtype), u, mask, extra)  # Σ_h O_h (B, P, D), the heads' tensors
 
     def __call__(
         self,
@@ -178,33 +179,36 @@ class Rank4Attention(nnx.Module):
         *,
         extra: jax.Array | None = None,
         is_causal: bool = False,
+        causal_axis: int | None = None,
         sow_weights: bool = False,
     ) -> jax.Array:
         """x (B, *grid, dx, dt), a normalised stream → Σ_h A_h·V_h (B, *grid, dx, dt).
 
-        ``mask`` bool, broadcastable to (B, *grid): True where the cell is a key (None: every cell);
-        ``extra`` (B, P, K): an additive score term over the cells in C order, added to every head's
+        ``mask`` bool: a key mask broadcastable to (B, *grid), True where the cell is a key (None: every
+        cell), or a pairwise mask (B, [H,] P, K) over the cells in C order as ``nnx.MultiHeadAttention``
+        takes one; ``extra`` (B, P, K): an additive score term over the cells, added to every head's
         scores before the mask (how a score variant such as ZPX enters); ``is_causal``: each query sees
-        only the keys at or before it along ``causal_axis``; ``sow_weights``: keep the heads' weights
-        (B, H, *grid, *grid) as the ``nnx.Intermediate`` ``attention_weights``."""
-        out, heads = self._heads(x, mask, extra, is_causal)
+        only the keys at or before it along ``causal_axis`` (this call's, else the module's);
+        ``sow_weights``: keep the heads' weights (B, H, *grid, *grid) as the ``nnx.Intermediate``
+        ``attention_weights``."""
+        out, heads = self._heads(x, mask, extra, is_causal, causal_axis)
         if sow_weights:
-            grid = x.shape[1:-2]
-            self.sow(
-                nnx.Intermediate,
-                "attention_weights",
-                heads["weights"].reshape(heads["weights"].shape[:2] + grid + grid),
-            )
+            self.sow(nnx.Intermediate, "attention_weights", _on_grid(heads["weights"], x.shape))
         return out.reshape(x.shape)  # (B, *grid, dx, dt)
 
     def weights(
-        self, x: jax.Array, mask: jax.Array | None = None, *, extra: jax.Array | None = None, is_causal: bool = False
+        self,
+        x: jax.Array,
+        mask: jax.Array | None = None,
+        *,
+        extra: jax.Array | None = None,
+        is_causal: bool = False,
+        causal_axis: int | None = None,
     ) -> jax.Array:
         """The heads' attention weights A (B, H, *grid, *grid): [b, h, query cell, key cell] (arguments as
         the call's)."""
-        _, heads = self._heads(x, mask, extra, is_causal)
-        grid = x.shape[1:-2]
-        return heads["weights"].reshape(heads["weights"].shape[:2] + grid + grid)
+        _, heads = self._heads(x, mask, extra, is_causal, causal_axis)
+        return _on_grid(heads["weights"], x.shape)
 
 
 class Rank4Block(nnx.Module):
@@ -213,12 +217,13 @@ class Rank4Block(nnx.Module):
         x ← x + Dropout(Attn(LN_attn(x)))
         x ← x + Dropout(MLP(LN_mlp(x)))
 
-    ``dropout``: the rate of both branches, drawn from the module's ``rngs.dropout`` stream (or the
-    call's ``rngs``) in training mode (the default; ``.eval()`` or ``deterministic=True`` turns it off).
-    The variants are composed in once here: ``score`` (an attention-score variant,
+    Its call runs ``rank4jax.models.rank4.block.apply_layer``, the layer the trainer and
+    ``rank4jax.forward`` run, over its submodules' parameters. ``dropout``: the rate of both branches,
+    drawn from the module's ``rngs.dropout`` stream (or the call's ``rngs``) in training mode (the
+    default; ``.eval()`` or ``deterministic=True`` turns it off). The variants are received once, as
+    the trainer receives them (``block.sublayer``): ``score`` (an attention-score variant,
     ``rank4jax.models.scores``, whose term joins ``extra``; its parameters are ``self.score``) and
-    ``attention`` ("autodiff", or "analytic": SPEC §6's hand-derived backward of LN_attn and the heads
-    together, on a key mask only)."""
+    ``attention`` ("autodiff", or "analytic": SPEC §6's hand-derived backward)."""
 
     def __init__(
         self,
@@ -239,12 +244,11 @@ class Rank4Block(nnx.Module):
     ):
         check_sizes("Rank4Block", dx=dx, dt=dt, n_heads=n_heads)
         check_dropout("Rank4Block: dropout", dropout)
-        if attention not in ATTENTION_MODES:
-            raise ValueError(f"Rank4Block: attention must be one of {ATTENTION_MODES}, got {attention!r}")
-        init = lambda key: init_layer(key, dx, dt, n_heads, score, param_dtype, kernel_init)  # noqa: E731
+        self.sublayer = functional.sublayer(attention, score)
+        init = lambda key: functional.init_layer(key, dx, dt, n_heads, score, param_dtype, kernel_init)  # noqa: E731
         params = initial(params, rngs, init)
         self.fiber, self.rate, self.deterministic, self.dtype = (dx, dt), dropout, deterministic, dtype
-        self.variant, self.analytic = score, attention == "analytic"
+        self.variant = score
         self.rngs = nnx.data(dropout_stream(rngs))
         self.ln_attn = FiberLayerNorm(dx, dt, dtype=dtype, params=params["ln_attn"])
         self.attn = Rank4Attention(dx, dt, n_heads, causal_axis=causal_axis, dtype=dtype, params=params["attn"])
@@ -281,57 +285,46 @@ class Rank4Block(nnx.Module):
         *,
         extra: jax.Array | None = None,
         is_causal: bool = False,
+        causal_axis: int | None = None,
         deterministic: bool | None = None,
         rngs=None,
         sow_weights: bool = False,
     ) -> jax.Array:
-        """x (B, *grid, dx, dt) → (B, *grid, dx, dt). ``mask``, ``extra``, ``is_causal`` and ``sow_weights``
-        as :meth:`Rank4Attention.__call__`; ``deterministic`` over the module's; ``rngs`` (an
-        ``nnx.Rngs``, a stream, a key or one key per window) over the module's dropout stream."""
+        """x (B, *grid, dx, dt) → (B, *grid, dx, dt) in the compute dtype. ``mask``, ``extra``,
+        ``is_causal``, ``causal_axis`` and ``sow_weights`` as :meth:`Rank4Attention.__call__`;
+        ``deterministic`` over the module's; ``rngs`` (an ``nnx.Rngs``, a stream, a key or one key per
+        window) over the module's dropout stream."""
         check_stream(x, self.fiber, "Rank4Block")
+        axis = self.attn.causal_axis if causal_axis is None else causal_axis
+        mask = grid_mask(mask, x.shape, "Rank4Block", is_causal, axis)
+        extra = check_extra(extra, x.shape, "Rank4Block")
         train = not (self.deterministic if deterministic is None else deterministic)
         keys = dropout_keys(x.shape[0], rngs, self.rngs, "Rank4Block") if train and self.rate > 0 else None
-        key_attn, key_mlp = split_keys(keys)  # each window's key split in two  (B,), (B,)
-        h = self._attend(x, mask, extra, is_causal, sow_weights)  # Attn(LN_attn(x))  (B, *grid, dx, dt)
-        x = self._residual(x, h, key_attn, train)  # x + Dropout(h)  (B, *grid, dx, dt)
-        h = self.mlp(self.ln_mlp(x))  # MLP(LN_mlp(x))  (B, *grid, dx, dt)
-        return self._residual(x, h, key_mlp, train)  # x + Dropout(h)  (B, *grid, dx, dt)
-
-    def _attend(self, x, mask, extra, is_causal, sow_weights):
-        """Attn(LN_attn(x)): the block's own norm and attention, with the score variant's term."""
-        if self.analytic:
-            return self._analytic(x, mask, extra, is_causal, sow_weights)
-        u = self.ln_attn(x)  # U = LN_attn(x)  (B, *grid, dx, dt)
-        if self.score is not None:
-            keys = key_mask(mask, x.shape, "Rank4Block")
-            term, _ = self.variant.scores(self.to_params()[self.variant.name], _flat(u), _batched(keys, x.shape[0]))
-            extra = term if extra is None else extra + term  # (B, P, K)
-        return self.attn(u, mask, extra=extra, is_causal=is_causal, sow_weights=sow_weights)
-
-    def _analytic(self, x, mask, extra, is_causal, sow_weights):
-        if extra is not None or is_causal or sow_weights:
-            raise ValueError(
-                "Rank4Block(attention='analytic') takes a key mask only: no extra, is_causal or sow_weights"
-            )
         params = self.to_params()
         dtype = compute_dtype(self.dtype, x, *jax.tree.leaves(params))
-        keys = _batched(key_mask(mask, x.shape, "Rank4Block"), x.shape[0])  # (B, K)
-        params = cast(params, dtype)
-        out = attention_block(_flat(x.astype(dtype)), params["ln_attn"], params["attn"], keys)  # (B, P, D)
-        return out.reshape(x.shape)
+        stream = x.astype(dtype).reshape(x.shape[0], -1, x.shape[-2] * x.shape[-1])  # (B, P, D)
+        extra = None if extra is None else extra.astype(dtype)
+        out, _, weights = functional.apply_layer(
+            cast(params, dtype),
+            stream,
+            mask,
+            sublayer=self.sublayer,
+            layout=ON_GRID,
+            rate=self.rate,
+            keys=keys,
+            extra=extra,
+        )  # the layer, on the grid's cells  (B, P, D)
+        if sow_weights:
+            if weights is None:
+                raise ValueError("Rank4Block(attention='analytic') gives no attention weights to sow")
+            self.attn.sow(nnx.Intermediate, "attention_weights", _on_grid(weights, x.shape))
+        return out.reshape(x.shape)  # (B, *grid, dx, dt)
 
-    def _residual(self, x: jax.Array, h: jax.Array, keys, train: bool) -> jax.Array:
-        """x + Dropout(h), the trainer's inverted dropout on the windows' (B, P, D) rows (its masks)."""
-        return x + drop(_flat(h), self.rate, keys, train).reshape(x.shape)
 
-
-def _flat(x: jax.Array) -> jax.Array:
-    """(B, *grid, dx, dt) → (B, P, D), the grid flattened in C order."""
-    return x.reshape(x.shape[0], -1, x.shape[-2] * x.shape[-1])
-
-
-def _batched(keys: jax.Array, batch: int) -> jax.Array:
-    return jnp.broadcast_to(keys, (batch,) + keys.shape[1:])
+def _on_grid(weights: jax.Array, x_shape: tuple) -> jax.Array:
+    """The heads' weights (B, H, P, K) on the grid: (B, H, *grid, *grid)."""
+    grid = tuple(x_shape[1:-2])
+    return weights.reshape(weights.shape[:2] + grid + grid)
 
 
 def _is_var(v) -> bool:

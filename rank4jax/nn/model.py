@@ -12,9 +12,9 @@ from flax import nnx
 from rank4jax.errors import ConfigError
 from rank4jax.models import common
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.model import attention_maps, init_params, key_padding_mask
+from rank4jax.models.rank4.model import attention_maps, forward, init_params
 from rank4jax.nn.codes import Rank4Embedding, Rank4Readout, check_tokens
-from rank4jax.nn.common import dropout_keys, dropout_stream
+from rank4jax.nn.common import cast, compute_dtype, dropout_keys, dropout_stream
 from rank4jax.nn.layers import FiberLayerNorm, Rank4Block
 
 
@@ -84,17 +84,14 @@ class Rank4Model(nnx.Module):
         """inputs (B, T, N) token ids = S(0..T−1) → logits (B, N, T, V), ``rank4jax.forward``'s order;
         ``slices_first``: (B, T, N, V), the order of the targets S(1..T) (B, T, N), for an optax loss.
         ``deterministic`` over the module's; ``rngs`` (an ``nnx.Rngs``, a stream or a key) over its
-        dropout stream."""
+        dropout stream. It runs ``rank4jax.forward`` over its parameters, in its compute dtype."""
         cfg = self.cfg
         check_tokens(inputs, cfg, "Rank4Model")
         batch, train = inputs.shape[0], not (self.deterministic if deterministic is None else deterministic)
         keys = dropout_keys(batch, rngs, self.rngs, "Rank4Model") if train and cfg.dropout > 0 else None  # (B,)
-        x = self.embed(inputs)  # X (B, N, T, dx, dt)
-        mask = key_padding_mask(inputs).reshape(x.shape[:3])  # (B, N, T): a key where the token is not PAD
-        for index, block in enumerate(self.layers):
-            x = block(x, mask, deterministic=not train, rngs=common.fold_in_keys(keys, index))  # (B, N, T, dx, dt)
-        y = self.final_ln(x)  # Y (B, N, T, dx, dt)
-        logits = self.readout(y, self.embed.sem.get_value())  # (B, N, T, V)
+        params = self.to_params()
+        params = cast(params, compute_dtype(self.dtype, *jax.tree.leaves(params)))
+        logits = forward(params, inputs, cfg, train=keys is not None, rng=keys)  # (B, N, T, V)
         return jnp.swapaxes(logits, 1, 2) if slices_first else logits
 
     def attention_maps(self, inputs: jax.Array) -> list[jax.Array]:

@@ -1,7 +1,7 @@
 """The rank-4 (4-tensor) attention model of SPEC.md."""
 
 from rank4jax.models.rank4.attention import rank4_attention, rank4_attention_weights
-from rank4jax.models.rank4.block import init_layer, rank4_block
+from rank4jax.models.rank4.block import init_layer, rank4_block, sublayer
 from rank4jax.models.rank4.config import Rank4Config
 from rank4jax.models.rank4.export import canonical_shapes, export_params, import_params
 from rank4jax.models.rank4.layout import Rows, compact_rows, window_rows
@@ -42,6 +42,7 @@ __all__ = [
     "rank4_attention",
     "rank4_attention_weights",
     "rank4_block",
+    "sublayer",
     "readout_loss_sums",
     "window_loss_sums",
     "window_losses",

@@ -1,6 +1,6 @@
 """Axial attention over a window's (N, T) grid: a labelled variant of the paper's joint softmax
-(``Rank4Config.attention_grid = "axial"``), after ViViT's and TimeSformer's factorised space-time
-attention.
+(``Rank4Config.attention_grid = "axial"``, received by ``block.sublayer``), after ViViT's and
+TimeSformer's factorised space-time attention.
 
 Axes: B windows, H heads, N tokens per slice (x), T slices (t), P = N·T query and K key cells of the
 grid (p = x·T + t, as ``rank4jax.models.rank4.layout``), D = dx·dt.
@@ -25,14 +25,10 @@ query, so compact batches (which leave such cells out) compute what full windows
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.rank4.attention import attention_heads, attention_weights
-
-ATTENTION_GRIDS = ("joint", "axial")  # "joint": the paper's one softmax over N·T; "axial": two hops (an ablation)
+from rank4jax.models.rank4.attention import attention_weights
 
 
 def _slices(x: jax.Array, n_slices: int) -> jax.Array:
@@ -51,7 +47,7 @@ def axial_heads(
     params: dict, u: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None, *, n_slices: int
 ) -> tuple[jax.Array, dict]:
     """Axial attention of the normalised stream u (B, P, D) on the windows' grid, T = ``n_slices``:
-    Σ_h A^T_h · A^N_h · V_h (B, P, D) and the heads' tensors as :func:`attention.attention_heads`
+    Σ_h A^T_h · A^N_h · V_h (B, P, D) and the heads' tensors as :func:`attention.joint_heads`
     gives them (``weights``: the two hops' product, (B, H, P, K); a row sums to 1 where the query's
     slice has a token).
     ``extra`` must be None: a score term over the joint grid has no place in two hops."""
@@ -92,7 +88,11 @@ def axial_heads(
     return out, {name: jnp.stack([head[i] for head in heads], axis=1) for i, name in enumerate(names)}
 
 
-def grid_heads(name: str, n_slices: int):
-    """The attention heads over a window's grid that ``Rank4Config.attention_grid`` names:
-    ``heads(params, u, key_mask, extra) -> (Σ_h O_h, heads)``."""
-    return {"joint": attention_heads, "axial": functools.partial(axial_heads, n_slices=n_slices)}[name]
+def attend(layer: dict, u: jax.Array, mask: jax.Array, extra: jax.Array | None = None, *, n_slices: int):
+    """:func:`axial_heads` as a layer's sublayer receives them (``block.sublayer(grid="axial")``): the
+    heads' sum (B, P, D), a zero auxiliary value and the two hops' weights (B, H, P, K). ``mask``: a
+    key mask (B, K)."""
+    if mask.ndim != 2:
+        raise ValueError(f"axial attention takes a key mask (B, K), not a pairwise mask {mask.shape}")
+    out, tensors = axial_heads(layer["attn"], u, mask, extra, n_slices=n_slices)
+    return out, jnp.zeros((), u.dtype), tensors["weights"]

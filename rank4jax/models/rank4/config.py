@@ -1,20 +1,22 @@
-"""The frozen, hashable rank-4 model config (SPEC §11), bound statically under jit."""
+"""The frozen, hashable rank-4 model config (SPEC §11), bound statically under jit: the sizes, and the
+one place the model's variants are received (:attr:`Rank4Config.tokens`, :attr:`Rank4Config.sublayer`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from rank4jax.errors import ConfigError
-from rank4jax.models.rank4.axial import ATTENTION_GRIDS, grid_heads
-from rank4jax.models.rank4.token_code import TOKEN_CODES as CODES
+from rank4jax.models.rank4 import block
+from rank4jax.models.rank4.block import ATTENTION_GRIDS, ATTENTION_MODES
+from rank4jax.models.rank4.codes import TOKEN_CODES as CODES
 from rank4jax.models.scores import STANDARD
 from rank4jax.models.sizes import validate_window_model
 
-ATTENTION_MODES = ("autodiff", "analytic")  # "analytic": the §6 hand-derived backward as a custom VJP
 # the slices the training loss covers: "all" S(1..T) (the paper, SPEC §4) or "last" S(T) only (an
 # extra: with no temporal mask the targets S(1..T-1) are visible in the input, so "all" is 3/4 copies)
 OBJECTIVE_SLICES = ("all", "last")
 TOKEN_CODES = tuple(CODES)  # "outer", the paper's Esem ⊗ Etmp, or "flat", a free vector per token (an ablation)
+__all__ = ["ATTENTION_GRIDS", "ATTENTION_MODES", "OBJECTIVE_SLICES", "TOKEN_CODES", "Rank4Config"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,33 +35,27 @@ class Rank4Config:
     attention: str = "autodiff"
     score: object = STANDARD  # attention-score variant (rank4jax.models.scores): the paper's, or a ZPXConfig
     objective_slices: str = "all"  # OBJECTIVE_SLICES: what the training objective averages over
-    token_code: str = "outer"  # TOKEN_CODES: how a token enters and leaves the fiber (rank4.token_code)
+    token_code: str = "outer"  # TOKEN_CODES: how a token enters and leaves the fiber (rank4.codes)
     attention_grid: str = "joint"  # ATTENTION_GRIDS: one softmax over N·T keys (the paper's) or two hops (.axial)
 
     def __post_init__(self):
         validate_window_model(self)
-        if self.attention not in ATTENTION_MODES:
-            raise ConfigError(f"attention must be one of {ATTENTION_MODES}, got {self.attention!r}")
         if self.objective_slices not in OBJECTIVE_SLICES:
             raise ConfigError(f"objective_slices must be one of {OBJECTIVE_SLICES}, got {self.objective_slices!r}")
         if self.token_code not in TOKEN_CODES:
             raise ConfigError(f"token_code must be one of {TOKEN_CODES}, got {self.token_code!r}")
-        if self.attention_grid not in ATTENTION_GRIDS:
-            raise ConfigError(f"attention_grid must be one of {ATTENTION_GRIDS}, got {self.attention_grid!r}")
-        if self.attention_grid != "joint" and (self.attention == "analytic" or self.score != STANDARD):
-            raise ConfigError("axial attention runs with attention='autodiff' and the standard score only")
-        if self.attention == "analytic" and self.score != STANDARD:
-            raise ConfigError("the analytic (§6) backward covers the standard score only; use attention='autodiff'")
+        self.sublayer  # noqa: B018 -- the attention variants' own checks
 
     @property
     def tokens(self):
-        """The token code (``rank4jax.models.rank4.token_code``) this config names."""
+        """The token code (``rank4jax.models.rank4.codes``) this config names."""
         return CODES[self.token_code]
 
     @property
-    def grid_heads(self):
-        """The attention heads over a window's grid this config names (``rank4jax.models.rank4.axial``)."""
-        return grid_heads(self.attention_grid, self.n_slices)
+    def sublayer(self) -> block.Sublayer:
+        """How each layer's attention half runs (``block.sublayer``): the paper's (``block.PAPER``), or
+        the variant that ``attention``, ``score`` and ``attention_grid`` name."""
+        return block.sublayer(self.attention, self.score, self.attention_grid, self.n_slices)
 
     @property
     def width(self) -> int:

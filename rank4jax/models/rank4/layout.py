@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from rank4jax.models.common import apply_keep_mask, keep_mask, window_keys
+from rank4jax.models.common import apply_keep_mask, keep_mask
 from rank4jax.tokens import PAD_ID
 
 
@@ -95,19 +95,39 @@ class Rows:
         """(G·W, P) bool: a key wherever the grid holds an input token."""
         return self.to_grid(self.tokens[..., None])[..., 0] != PAD_ID
 
-    def dropout(self, x: jax.Array, rate: float, rng: jax.Array | None, train: bool) -> jax.Array:
-        """Inverted dropout of rows (G, R, D) with the windows layout's (G·W, P, D) keep mask (``rng``:
-        a key, or one key per window)."""
-        if not train or rate == 0.0:
+    def dropout(self, x: jax.Array, rate: float, keys: jax.Array | None) -> jax.Array:
+        """Inverted dropout of rows (G, R, D) with the windows layout's (G·W, P, D) keep mask, window w's
+        drawn from ``keys[w]`` (G·W,); None (eval mode) or a zero rate: x unchanged."""
+        if keys is None or rate == 0.0:
             return x
-        if rng is None:
-            raise ValueError("dropout in train mode needs an rng key")
-        keep = keep_mask(window_keys(rng, self.n_windows), (self.n_windows, self.n_positions, x.shape[-1]), rate)
+        keep = keep_mask(keys, (self.n_windows, self.n_positions, x.shape[-1]), rate)
         if self.grid is not None:  # the mask at each row's slot (filler rows read any slot)
             slot = jnp.minimum(self.slot, self.n_windows // self.grid.shape[0] * self.n_positions - 1)
             keep = keep.reshape(self.grid.shape[0], -1, x.shape[-1])
             keep = jnp.take_along_axis(keep, slot[..., None], axis=1)
         return apply_keep_mask(x, keep, rate)
+
+
+class OnGrid:
+    """The layout of a stream that already is its windows' grids (B, P, D), as ``rank4jax.rank4_block``
+    and ``rank4jax.nn`` take it: nothing moves, and dropout is :meth:`Rows.dropout` of full windows."""
+
+    @staticmethod
+    def to_grid(x: jax.Array) -> jax.Array:
+        return x
+
+    @staticmethod
+    def from_grid(x: jax.Array) -> jax.Array:
+        return x
+
+    @staticmethod
+    def dropout(x: jax.Array, rate: float, keys: jax.Array | None) -> jax.Array:
+        if keys is None or rate == 0.0:
+            return x
+        return apply_keep_mask(x, keep_mask(keys, x.shape, rate), rate)
+
+
+ON_GRID = OnGrid()
 
 
 def window_rows(inputs: jax.Array, targets: jax.Array | None = None) -> Rows:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from rank4jax.models.losses import ce_sums, means_from_sums, row_mean
-from rank4jax.models.rank4.token_code import TOKEN_CODES
+from rank4jax.models.rank4.codes import TOKEN_CODES
 from rank4jax.tokens import PAD_ID
 
 
@@ -70,7 +70,7 @@ def row_loss_sums(y: jax.Array, sem: jax.Array, tmp: jax.Array, targets: jax.Arr
 
 
 def code_loss_sums(params: dict, y: jax.Array, targets: jax.Array, last: jax.Array, code) -> dict:
-    """:func:`row_loss_sums` through a token code's readout (``rank4jax.models.rank4.token_code``)."""
+    """:func:`row_loss_sums` through a token code's readout (``rank4jax.models.rank4.codes``)."""
     chex.assert_equal_shape([targets, last])
     logits = code.logits(params, y)  # (..., R, V)
     ce = jax.nn.logsumexp(logits, axis=-1) - code.target_logits(params, y, targets)

@@ -1,9 +1,11 @@
-"""Composition of the rank-4 model (SPEC §2–§4): embedding → L Pre-LN layers (``block``) → final LN → readout.
+"""Composition of the rank-4 model (SPEC §2–§4): embedding → L Pre-LN layers (``block.apply_layer``)
+→ final LN → readout.
 
 Axes: B batch, T input slices, N tokens per state, dx/dt fibers, D = dx·dt, P = N·T positions
 (flattened as p = x·T + t; the joint softmax does not depend on this order), V vocabulary; G, R
 the rows of a layout (``rank4jax.models.rank4.layout``: full, trimmed or compact batches — one
-forward serves them all).
+forward serves them all: :func:`hidden_rows` arranges the rows, each layer moves them to the
+windows' grids for the heads and back).
 
 Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kept as (H, D, D)):
 
@@ -13,14 +15,14 @@ Parameter tree (nested dicts; shapes in SPEC §10 except the attention maps, kep
                ln_mlp: {scale, bias} (dx, dt), mlp: {w1 (D, 4D), b1 (4D,), w2 (4D, D), b2 (D,)}}] × L
     final_ln: {scale, bias} (dx, dt)
 
-An attention-score variant (``cfg.score``, ``rank4jax.models.scores``) adds its own entry to each
-layer and a score term to every head; the paper's model holds ``scores.STANDARD``, which adds nothing.
+The variants are received from the config at one place (``cfg.tokens``: the token code;
+``cfg.sublayer``: a score term, the §6 backward or axial attention); an attention-score variant
+(``cfg.score``, ``rank4jax.models.scores``) adds its own entry to each layer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import chex
 import jax
@@ -28,9 +30,9 @@ import jax.numpy as jnp
 
 from rank4jax.models import common
 from rank4jax.models.common import init_layer_norm, layer_norm
-from rank4jax.models.rank4.block import attention_sublayer, init_layer, pre_ln_block
+from rank4jax.models.rank4.block import apply_layer, init_layer
+from rank4jax.models.rank4.codes import embed_rows
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.models.rank4.embedding import embed_rows
 from rank4jax.models.rank4.layout import Rows, training_rows, window_rows
 from rank4jax.models.rank4.losses import code_loss_sums
 
@@ -64,32 +66,31 @@ def hidden_rows(
     of the score variant's auxiliary value). ``embedded`` (G, R, D): the input tensor X at the rows
     in place of the embedding of ``rows.tokens`` (which still set the key mask), e.g. to take
     ``jax.grad`` with respect to X."""
+    y, aux, _ = _stack(params, rows, cfg, train=train, rng=rng, embedded=embedded)
+    return y, aux
+
+
+def _stack(params: dict, rows: Rows, cfg: Rank4Config, *, train: bool, rng, embedded=None):
+    """The model's one loop over its layers: (Y (G, R, D), the mean auxiliary value, each layer's weights)."""
     chex.assert_equal_shape([rows.tokens, rows.position, rows.slice])
     common.check_params(params, "rank4", "the rank-4 forward")
     if train and cfg.dropout > 0.0 and rng is None:
         raise ValueError("forward(train=True) with dropout > 0 needs rng")
-    rng = common.window_keys(rng, rows.n_windows)  # one key per window
+    keys = common.window_keys(rng, rows.n_windows) if train else None  # one dropout key per window (G·W,)
     x = embed_rows(params["embed"], rows, cfg) if embedded is None else embedded  # X at the rows (G, R, D)
     chex.assert_shape(x, rows.tokens.shape + (cfg.width,))
-    layer_fn = layer_of(cfg, rows, train)
-    auxes = []
+    mask = rows.key_mask()  # a key wherever the windows' grids hold a token  (B, K)
+    auxes, maps = [], []
     for index, layer in enumerate(params["layers"]):
-        x, aux, _ = layer_fn(layer, x, rng=common.fold_in_keys(rng, index))  # (G, R, D)
+        layer_keys = common.fold_in_keys(keys, index)  # (G·W,) or None
+        x, aux, weights = apply_layer(
+            layer, x, mask, sublayer=cfg.sublayer, layout=rows, rate=cfg.dropout, keys=layer_keys
+        )  # (G, R, D)
         auxes.append(aux)
+        maps.append(weights)
     y = layer_norm(x, params["final_ln"]["scale"], params["final_ln"]["bias"])  # Y (G, R, D)
     chex.assert_shape(y, rows.tokens.shape + (cfg.width,))
-    return y, jnp.mean(jnp.stack(auxes))
-
-
-def layer_of(cfg: Rank4Config, rows: Rows, train: bool):
-    """``layer_fn(layer, x, rng) -> (x, aux, weights)``: the Pre-LN layer (``block.pre_ln_block``) with
-    ``cfg``'s attention sublayer, the layout's key mask and dropout, composed once per forward."""
-    return functools.partial(
-        pre_ln_block,
-        key_mask=rows.key_mask(),  # (B, K)
-        attention=attention_sublayer(cfg.attention, cfg.score, rows, cfg.grid_heads),
-        dropout=lambda y, keys: rows.dropout(y, cfg.dropout, keys, train),
-    )
+    return y, jnp.mean(jnp.stack(auxes)), maps
 
 
 def loss_sums(params: dict, batch, cfg: Rank4Config, *, train: bool = False, rng=None) -> tuple[dict, jax.Array]:
@@ -131,16 +132,11 @@ def hidden_states(
 def attention_maps(params: dict, inputs: jax.Array, cfg: Rank4Config) -> list[jax.Array]:
     """Eval-mode attention weights of every layer, each (B, H, N, T, N, T): [b, h, x, t, x', t'], from
     the layer's one forward (the analytic backward's forward is the same: its weights come from
-    the autodiff block)."""
+    the autodiff sublayer)."""
     batch, cfg = inputs.shape[0], dataclasses.replace(cfg, attention="autodiff")
-    rows = window_rows(inputs)
-    x, layer_fn = embed_rows(params["embed"], rows, cfg), layer_of(cfg, rows, train=False)
+    _, _, maps = _stack(params, window_rows(inputs), cfg, train=False, rng=None)
     grid = (cfg.n_tokens, cfg.n_slices)
-    maps = []
-    for layer in params["layers"]:
-        x, _, weights = layer_fn(layer, x, rng=None)
-        maps.append(weights.reshape((batch, cfg.n_heads) + grid + grid))
-    return maps
+    return [weights.reshape((batch, cfg.n_heads) + grid + grid) for weights in maps]
 
 
 def forward(
