@@ -115,10 +115,6 @@ def test_bfloat16_computes_as_the_trainer_does():
     got = nnx.jit(lambda m: m(inputs))(model)
     assert got.dtype == want.dtype == jnp.float32  # the logits in float32, as the trainer's
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    block = r4nn.Rank4Block(2, 3, 2, dropout=0.0, rngs=nnx.Rngs(0))
-    x = jnp.ones((1, 4, 2, 3), jnp.bfloat16)
-    assert block(x).dtype == jnp.float32
-    assert r4nn.Rank4Block(2, 3, 2, dropout=0.0, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))(x).dtype == jnp.bfloat16
 
 
 def test_the_block_is_attention_over_the_flattened_grid():
@@ -289,13 +285,88 @@ def test_a_loss_on_the_targets_order():
         rank4jax.window_losses(model(inputs), jnp.swapaxes(targets, 1, 2))
 
 
+def test_the_readme_optax_loss_is_window_ce_on_a_real_story(tiny_run):
+    """README's optax loss (PAD targets masked) on a built-in story through the trained tiny run is
+    rank4jax.window_losses' window CE; counting the PAD targets, as an unmasked mean does, is not."""
+    from rank4jax.data.corpus import generate_stories
+    from rank4jax.data.windows import encode_story
+
+    run = rank4jax.load_run(str(tiny_run))
+    cfg = run.model_cfg
+    story = generate_stories(1, seed=3)[0].sentences[: cfg.n_slices + 1]
+    window = jnp.asarray(encode_story(run.tokenizer, story, cfg.n_tokens))[None]  # (1, T+1, N)
+    inputs, targets = window[:, :-1], window[:, 1:]
+    model = r4nn.from_run(run)
+    per_token = optax.softmax_cross_entropy_with_integer_labels(model(inputs, slices_first=True), targets)  # (B, T, N)
+    loss = jnp.sum(per_token * (targets != 0)) / jnp.sum(targets != 0)  # PAD (id 0) targets carry no loss
+    want = rank4jax.window_losses(rank4jax.forward(run.params, inputs, cfg), targets)["window_ce"]
+    assert int(jnp.sum(targets == 0)) > 0
+    np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
+    assert abs(float(jnp.mean(per_token)) - float(want)) > 1e-3  # the PAD targets, counted
+
+
 def test_position_codes_are_the_embeddings():
     """position_codes((N, T), dx, dt) is what Rank4Embedding adds to the stories' tokens: the embedding of
-    an all-PAD window (PAD rows are zero), exactly."""
+    an all-PAD window (PAD rows are zero), exactly; (N,) is the (N, 1) grid's; other ranks are refused."""
     codes = r4nn.position_codes((CFG.n_tokens, CFG.n_slices), CFG.dx, CFG.dt)
     embed = r4nn.Rank4Embedding(CFG, rngs=nnx.Rngs(0))
     pad = embed(jnp.zeros((1, CFG.n_slices, CFG.n_tokens), jnp.int32))[0]
     np.testing.assert_array_equal(np.asarray(codes), np.asarray(pad))
+    line = r4nn.position_codes((5,), 2, 3)
+    assert line.shape == (5, 2, 3)
+    np.testing.assert_array_equal(np.asarray(line), np.asarray(r4nn.position_codes((5, 1), 2, 3)[:, 0]))
+    with pytest.raises(ValueError, match=r"position_codes: grid must be \(N, T\) or \(N,\), .*got \(6, 8, 2\)"):
+        r4nn.position_codes((6, 8, 2), 2, 3)
+
+
+def test_causal_along_the_axis_the_call_names():
+    """On a clip (B, frames, patches, dx, dt), is_causal with causal_axis=0 at the call orders the frames:
+    frames 0-3 do not change when frames 4-5 do (the module's default, the last axis, orders the
+    patches); the call's axis is the module's when built with it; an axis the grid lacks is refused."""
+    block = r4nn.Rank4Block(2, 3, 2, dropout=0.0, rngs=nnx.Rngs(0))
+    clip = jnp.asarray(np.random.default_rng(6).standard_normal((1, 6, 8, 2, 3)), jnp.float32)
+    later = clip.at[:, 4:].multiply(-2.0)  # frames 4-5 changed (a constant shift would vanish in the LayerNorm)
+    by_frames = block(clip, is_causal=True, causal_axis=0), block(later, is_causal=True, causal_axis=0)
+    np.testing.assert_array_equal(np.asarray(by_frames[0][:, :4]), np.asarray(by_frames[1][:, :4]))
+    by_patches = block(clip, is_causal=True), block(later, is_causal=True)
+    assert np.abs(np.asarray(by_patches[0][:, :4]) - np.asarray(by_patches[1][:, :4])).max() > 0.1
+    built = r4nn.Rank4Block(2, 3, 2, dropout=0.0, causal_axis=0, params=block.to_params())
+    np.testing.assert_array_equal(np.asarray(built(clip, is_causal=True)), np.asarray(by_frames[0]))
+    with pytest.raises(ValueError, match=r"causal_axis=2 is not an axis of the 2-axis grid \(6, 8\)"):
+        block(clip, is_causal=True, causal_axis=2)
+
+
+def test_pairwise_masks_as_flax_takes_them():
+    """A pairwise bool mask (B, P, K), or one per head (B, H, P, K), over the cells in C order: the causal
+    one gives is_causal's weights; per head, each head its own."""
+    attn = r4nn.Rank4Attention(2, 3, 2, rngs=nnx.Rngs(0))
+    x = jnp.asarray(np.random.default_rng(7).standard_normal((2, 3, 4, 2, 3)), jnp.float32)
+    order = np.arange(12).reshape(3, 4) % 4  # each cell's slice t (the last grid axis)
+    causal = jnp.asarray(order.reshape(-1)[None, :] <= order.reshape(-1)[:, None])  # (P, K)
+    want = attn.weights(x, is_causal=True)
+    np.testing.assert_array_equal(np.asarray(attn.weights(x, causal[None])), np.asarray(want))
+    per_head = jnp.stack([jnp.ones((12, 12), bool), causal])[None]  # (1, H, P, K): head 0 sees every key
+    got = np.asarray(attn.weights(x, per_head))
+    np.testing.assert_array_equal(got[:, 1], np.asarray(want)[:, 1])
+    np.testing.assert_array_equal(got[:, 0], np.asarray(attn.weights(x))[:, 0])
+    with pytest.raises(ValueError, match=r"a per-head mask \(B, H, P, K\) has 3 heads; the attention has 2"):
+        attn(x, jnp.ones((1, 3, 12, 12), bool))
+
+
+def test_each_module_returns_its_compute_dtype():
+    """The dtype rule: every module computes in, and returns, its compute dtype (``dtype``, else the
+    promotion of its input and parameters); the model's logits are float32 or wider, for the CE."""
+    f32, bf16 = jnp.ones((1, 4, 2, 3), jnp.float32), jnp.ones((1, 4, 2, 3), jnp.bfloat16)
+    for make in (
+        lambda **o: r4nn.Rank4Block(2, 3, 2, dropout=0.0, rngs=nnx.Rngs(0), **o),
+        lambda **o: r4nn.Rank4Attention(2, 3, 2, rngs=nnx.Rngs(0), **o),
+        lambda **o: r4nn.Rank4MLP(2, 3, rngs=nnx.Rngs(0), **o),
+        lambda **o: r4nn.FiberLayerNorm(2, 3, **o),
+    ):
+        assert make(dtype=jnp.bfloat16)(f32).dtype == jnp.bfloat16
+        assert make()(bf16).dtype == make()(f32).dtype == jnp.float32
+    model = r4nn.Rank4Model(CFG, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    assert model(_inputs()).dtype == jnp.float32
 
 
 def test_linen_model_through_to_linen():
