@@ -259,3 +259,31 @@ def test_token_ids_outside_the_vocabulary_give_nan_not_another_token():
     logits, targets = forward(params, good, cfg), good.copy()
     targets[0, 0, 0] = -1
     assert np.isnan(float(window_ce(logits, targets))) and np.isfinite(float(window_ce(logits, good)))
+
+
+def test_the_papers_forward_runs_through_seven_files_and_no_variant():
+    """Lowering rank4jax.forward of a one-layer paper model calls functions in at most 7 files of
+    rank4jax (besides its __init__): the one layer (block.apply_layer) and what it composes, none of a
+    variant's modules (axial, analytic, scores)."""
+    import collections
+    import pathlib
+    import sys
+
+    cfg = rank4jax.Rank4Config(vocab_size=13, n_tokens=3, n_slices=2, dx=2, dt=2, n_heads=2, n_layers=1)
+    params = jax.eval_shape(lambda: rank4jax.init_params(jax.random.key(0), cfg))
+    inputs = jax.ShapeDtypeStruct((2, cfg.n_slices, cfg.n_tokens), jnp.int32)
+    root, files = str(pathlib.Path(rank4jax.__file__).parent), collections.Counter()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            files[frame.f_code.co_filename[len(root) + 1 :]] += 1
+
+    sys.setprofile(profile)
+    try:
+        jax.jit(lambda p, i: rank4jax.forward(p, i, cfg)).lower(params, inputs)
+    finally:
+        sys.setprofile(None)
+    files.pop("__init__.py", None)
+    assert len(files) <= 7, sorted(files)
+    assert "models/rank4/block.py" in files and not {"models/rank4/axial.py", "models/rank4/analytic.py",
+                                                     "models/scores.py"} & set(files)  # fmt: skip
