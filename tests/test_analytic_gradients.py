@@ -26,7 +26,7 @@ def random_inputs(seed, batch, n_slices, n_tokens, vocab, pad):
             for t in range(n_slices):
                 tokens[b, t, rng.integers(1, n_tokens + 1) :] = PAD
         tokens[0, -1, :] = PAD  # a PAD-only sentence
-        tokens[-1] = PAD  # every key PAD: all-PAD queries get uniform attention
+        tokens[-1] = PAD  # every key PAD: its queries get zero weights
     return jnp.asarray(tokens)
 
 

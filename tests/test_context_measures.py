@@ -43,7 +43,7 @@ def test_context_gain_equals_the_swapped_windows_scored_by_hand(tiny_run_copy):
 
 def test_the_ending_only_rule_picks_the_ending_with_the_higher_prior():
     """A scorer that ignores the context: the ending-only rule picks the likelier ending alone, and
-    PMI, the own likelihood less that prior, is the same for both endings (so it picks the first)."""
+    PMI, the own likelihood less that prior, is the same for both endings: a tie, half right."""
     n = 4
     pairs = np.zeros((3, 2, 2, n), np.int32)  # 3 stories, 2 endings, T = 1: context, ending
     pairs[:, :, 0, 0] = [[5], [6], [7]]  # each story's context
@@ -57,7 +57,8 @@ def test_the_ending_only_rule_picks_the_ending_with_the_higher_prior():
     report = cloze_accuracy(score, None, pairs, labels, batch_size=4, n_contexts=2)
     assert report["cloze_correct"]["ending_only"] == [1, 0, 1]  # always ending 1: right where it is the label
     assert report["cloze_accuracy_ending_only"] == pytest.approx(2 / 3)
-    assert report["cloze_correct"]["pmi"] == [0, 1, 0]  # a tie: argmax takes ending 0
+    assert report["cloze_correct"]["pmi"] == [0.5, 0.5, 0.5] and report["cloze_accuracy_normalised"] == 0.5
+    assert report["cloze_ties"] == {"mean_ce": 0, "pmi": 3, "ending_only": 0}
     assert report["cloze_correct"]["mean_ce"] == [1, 0, 1] and report["cloze_contexts"] == 2
 
 
@@ -104,6 +105,21 @@ def test_mcnemar_against_a_table_by_hand():
     assert mcnemar_exact([1] * 12, [0] * 12)["p_value"] == 2 / 2**12
     with pytest.raises(ValueError, match="differ in length"):
         mcnemar_exact([1, 0], [1])
+
+
+def test_statistics_refuse_what_is_not_an_outcome_and_count_ties_half():
+    """NaN, None and a 2-D array are refused by name; a tie (0.5) against a right answer is half a
+    discordance; the Wilson interval takes a half-integer count (ties) and refuses a count beyond n."""
+    for bad, message in (([float("nan"), 1], "item 0 is nan"), (None, "no outcomes"), ([[1, 0]], "one list")):
+        with pytest.raises(ValueError, match=message):
+            mcnemar_exact(bad, [0, 1])
+    out = mcnemar_exact([0.5, 0.5, 1, 1], [1, 0, 0, 0])
+    assert (out["only_first"], out["only_second"]) == (2, 0)  # 0.5 + 1 + 1 = 2.5 → 2 (banker's), 0.5 → 0
+    lo, hi = wilson_interval(2.5, 10)
+    assert lo < 0.25 < hi and wilson_interval(2.5, 10) != wilson_interval(2, 10)
+    for bad in ((float("nan"), 10), (11, 10), (2, 10.5)):
+        with pytest.raises(ValueError, match="wilson_interval"):
+            wilson_interval(*bad)
 
 
 def test_scipy_gives_the_exact_binomial_tail_at_story_cloze_sizes():

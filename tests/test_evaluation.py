@@ -16,7 +16,7 @@ import pytest
 import rank4jax
 from rank4jax.data.windows import cloze_windows
 from rank4jax.errors import ConfigError
-from rank4jax.evaluation.evaluators import cloze_scores, other_contexts, rollout
+from rank4jax.evaluation.evaluators import cloze_scores, other_contexts, outcomes, rollout
 from rank4jax.evaluation.report import evaluate_run, report_stem
 from rank4jax.models import baseline as bl
 from rank4jax.models.family import BASELINE, RANK4
@@ -143,6 +143,22 @@ CLOZE_ROWS = [
 ]
 
 
+def test_ties_count_half(tiny_run_copy, tmp_path):
+    """Story Cloze stories whose two endings are the same text tie under every rule: each counts half
+    right (50 %, whichever ending the file calls right) and the report counts the ties."""
+    path = tmp_path / "ties.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
+                         "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])  # fmt: skip
+        writer.writerows(row[:4] + (row[4], row[4], 1 + n % 2) for n, row in enumerate(CLOZE_ROWS))
+    report = evaluate_run(str(tiny_run_copy), split="all", data_path=str(path), num_examples=0, rollout_steps=0)
+    assert (report["cloze_accuracy"], report["cloze_accuracy_normalised"], report["cloze_accuracy_ending_only"]) == (
+        0.5, 0.5, 0.5)  # fmt: skip
+    assert report["cloze_ties"] == {"mean_ce": 5, "pmi": 5, "ending_only": 5}
+    assert report["cloze_correct"]["mean_ce"] == [0.5] * 5
+
+
 def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path):
     path = tmp_path / "cloze.csv"
     with open(path, "w", newline="", encoding="utf-8") as f:
@@ -163,7 +179,7 @@ def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path
     assert labels.tolist() == [0, 0, 1, 1, 0]
     score = jax.jit(functools.partial(RANK4.last_slice_ce, cfg=cfg))
     ce = np.array([[float(score(params, pairs[w, c][None])[0]) for c in range(2)] for w in range(5)])
-    assert report["cloze_accuracy"] == np.mean(np.argmin(ce, axis=1) == labels)
+    assert report["cloze_accuracy"] == np.mean(outcomes(-ce, labels))  # a tie (UNK-only endings) half right
     # PMI and ending only by hand: with 5 stories and K = 4, every other story lends its context
     n_tok = np.sum(pairs[:, :, -1] != 0, axis=-1)
     prior = np.zeros((5, 2))
@@ -177,9 +193,8 @@ def test_split_all_scores_every_story_of_a_labelled_file(tiny_run_copy, tmp_path
     scores = cloze_scores(score, params, pairs, 4, n_contexts=4)  # what evaluate_run's evaluator computes
     np.testing.assert_allclose(scores["pmi"], pmi, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(scores["prior"], prior, rtol=1e-5, atol=1e-4)
-    by_hand = {"mean_ce": np.argmin(ce, 1) == labels, "pmi": np.argmax(pmi, 1) == labels}
-    by_hand["ending_only"] = np.argmax(prior, axis=1) == labels
-    assert report["cloze_correct"] == {rule: v.astype(int).tolist() for rule, v in by_hand.items()}  # story by story
+    by_hand = {"mean_ce": outcomes(-ce, labels), "pmi": outcomes(pmi, labels), "ending_only": outcomes(prior, labels)}
+    assert report["cloze_correct"] == {rule: v.tolist() for rule, v in by_hand.items()}  # story by story
     assert report["cloze_accuracy_normalised"] == np.mean(by_hand["pmi"])
     assert report["cloze_accuracy_ending_only"] == np.mean(by_hand["ending_only"])
     # its own file name: the run's test report is not overwritten

@@ -86,7 +86,7 @@ def test_trim_padding_cuts_only_all_pad_columns():
 def test_trim_padding_keeps_windows_without_input_tokens_whole():
     cfg = _cfg()
     w = _windows(cfg)
-    w[2, :-1] = 0  # window 2 has no input token: its queries attend uniformly over all N·T keys
+    w[2, :-1] = 0  # window 2 has no input token: its queries attend to nothing
     assert trim_padding(w).shape == w.shape
     assert trim_padding(np.zeros_like(w)).shape == w.shape
     with pytest.raises(ValueError, match="multiple"):

@@ -35,6 +35,16 @@ def test_settings_that_only_the_evaluation_reads_are_refused_before_any_training
         lad.evaluator("test", str(tmp_path / "file"), 8, config=own)
 
 
+def test_linear_fit_refuses_what_has_no_slope():
+    """A NaN Δ (a diverged rung) and rungs of one size are refused by name (was scipy's error or a
+    crossing at NaN); three equal Δs are a flat, perfect fit: no spread to report."""
+    for x, y in (([1.0, 2.0, 3.0], [0.1, float("nan"), 0.2]), ([5.0, 5.0], [0.1, 0.2])):
+        with pytest.raises(ValueError, match="linear_fit"):
+            lad.linear_fit(x, y)
+    flat = lad.linear_fit([1.0, 2.0, 3.0], [0.1, 0.1, 0.1])
+    assert flat["b"] == 0.0 and flat["se_b"] is None and flat["p_no_trend"] is None
+
+
 def test_linear_fit_and_crossing_by_hand():
     fit = lad.linear_fit([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])  # b = 1.5, a = 5/6, residuals ±1/6, -1/3
     assert fit["b"] == pytest.approx(1.5, abs=1e-15) and fit["a"] == pytest.approx(5 / 6, abs=1e-15)

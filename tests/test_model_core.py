@@ -58,7 +58,7 @@ def test_pad_rows_start_at_zero():
     assert np.all(np.asarray(params["embed"]["sem"][1:]) != 0)
 
 
-def test_pad_key_gets_exactly_zero_weight_and_all_pad_queries_uniform():
+def test_pad_key_gets_exactly_zero_weight_and_a_query_without_keys_none():
     key = jax.random.key(1)
     q = jax.random.normal(key, (2, 1, 4, 6)) * 30.0  # large scores
     k = jax.random.normal(jax.random.fold_in(key, 1), (2, 1, 4, 6)) * 30.0
@@ -66,7 +66,7 @@ def test_pad_key_gets_exactly_zero_weight_and_all_pad_queries_uniform():
     a = np.asarray(attention_weights(q, k, mask))
     assert np.all(a[0, :, :, 1] == 0.0) and np.all(a[0, :, :, 3] == 0.0)
     np.testing.assert_allclose(a[0].sum(-1), 1.0, rtol=1e-6)
-    np.testing.assert_array_equal(a[1], np.full((1, 4, 4), 0.25, np.float32))
+    np.testing.assert_array_equal(a[1], np.zeros((1, 4, 4), np.float32))  # no key: zero weights, zero output
 
 
 def test_pad_positions_never_reach_other_positions():

@@ -399,3 +399,17 @@ def test_from_run(tiny_run):
 def test_from_run_refuses_another_family(tiny_baseline_run):
     with pytest.raises(ConfigError, match="takes a rank-4 run; this run's family is baseline"):
         r4nn.from_run(rank4jax.load_run(str(tiny_baseline_run)))
+
+
+def test_a_query_without_keys_gets_nothing():
+    """A query with no allowed key (its slice masked, under is_causal) gets zero weights and a zero
+    output: nothing from masked cells nor from later slices (changing them leaves it at zero)."""
+    attn = r4nn.Rank4Attention(4, 2, 2, rngs=nnx.Rngs(0))
+    x = jnp.asarray(np.random.default_rng(8).standard_normal((1, 3, 5, 4, 2)), jnp.float32)
+    mask = jnp.ones((1, 3, 5), bool).at[:, :, 0].set(False)  # slice 0 holds no key
+    weights = np.asarray(attn.weights(x, mask, is_causal=True))
+    assert np.all(weights[:, :, :, 0] == 0.0) and np.abs(weights[:, :, :, 1:].sum(axis=(-2, -1)) - 1).max() < 1e-6
+    later = x.at[:, :, 4].multiply(-3.0)
+    for inputs in (x, later):
+        np.testing.assert_array_equal(np.asarray(attn(inputs, mask, is_causal=True)[:, :, 0]), 0.0)
+    np.testing.assert_array_equal(np.asarray(attn(x, jnp.zeros((1, 3, 5), bool))), 0.0)

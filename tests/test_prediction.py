@@ -66,6 +66,8 @@ def test_baseline_prediction_is_its_free_running_decode(tiny_baseline_run):
     assert [p for p, _ in top1.tokens] == [p for p, _ in state.tokens]
     coldest = predict_next(run, sentences, temperature=1e-45, seed=3).states[0]  # was sixteen <unk>: the argmax
     assert [p for p, _ in coldest.tokens] == [p for p, _ in state.tokens]
+    subnormal = predict_next(run, sentences, temperature=1e-45, top_k=1, seed=3).states[0]  # was an empty sentence
+    assert [p for p, _ in subnormal.tokens] == [p for p, _ in state.tokens]
     sampled = predict_next(run, sentences, temperature=5.0, seed=3).states[0]
     assert sampled == predict_next(run, sentences, temperature=5.0, seed=3).states[0]  # the seed's draw
     vocab = run.tokenizer.vocab_size

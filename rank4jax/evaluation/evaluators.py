@@ -158,21 +158,35 @@ def cloze_accuracy(
     score, params, pairs: np.ndarray, labels: np.ndarray, batch_size: int, n_contexts: int = CLOZE_CONTEXTS
 ) -> dict:
     """Story Cloze accuracy by the three rules (mean CE, PMI, ending only); labels (W,) index the right
-    ending (0 or 1). ``cloze_correct`` keeps each story's outcome per rule (0/1, in story order), for
-    paired tests between models on the same stories."""
+    ending (0 or 1). A tie between the two endings' scores counts as half right (``cloze_ties``: how
+    many per rule). ``cloze_correct`` keeps each story's outcome per rule (1 right, 0 wrong, 0.5 a
+    tie, in story order), for paired tests between models on the same stories."""
     if not len(pairs):
         return {}
     scores = cloze_scores(score, params, pairs, batch_size, n_contexts)
-    correct = {"mean_ce": np.argmin(scores["mean_ce"], axis=1) == labels}
+    correct = {"mean_ce": outcomes(-scores["mean_ce"], labels)}  # the lower mean CE wins
     if "pmi" in scores:
-        correct["pmi"] = np.argmax(scores["pmi"], axis=1) == labels
-        correct["ending_only"] = np.argmax(scores["prior"], axis=1) == labels
+        correct["pmi"] = outcomes(scores["pmi"], labels)
+        correct["ending_only"] = outcomes(scores["prior"], labels)
     report = {"cloze_stories": len(pairs), "cloze_accuracy": float(np.mean(correct["mean_ce"]))}
     if "pmi" in scores:
         report["cloze_accuracy_normalised"] = float(np.mean(correct["pmi"]))
         report["cloze_accuracy_ending_only"] = float(np.mean(correct["ending_only"]))
         report["cloze_contexts"] = scores["contexts"]
-    return report | {"cloze_correct": {rule: v.astype(int).tolist() for rule, v in correct.items()}}
+    report["cloze_ties"] = {rule: int(np.sum(v == 0.5)) for rule, v in correct.items()}
+    return report | {"cloze_correct": {rule: [_outcome(o) for o in v] for rule, v in correct.items()}}
+
+
+def outcomes(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(W,) outcome of each story given its two endings' scores (W, 2), the higher winning: 1 when the
+    labelled ending scores higher, 0 when lower, 0.5 on a tie."""
+    mine, other = scores[np.arange(len(labels)), labels], scores[np.arange(len(labels)), 1 - labels]
+    return np.where(mine > other, 1.0, np.where(mine < other, 0.0, 0.5))
+
+
+def _outcome(value: float) -> int | float:
+    """An outcome as JSON writes it: 1, 0 or 0.5."""
+    return 0.5 if value == 0.5 else int(value)
 
 
 def context_donors(story_index: np.ndarray) -> np.ndarray | None:

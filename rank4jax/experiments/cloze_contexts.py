@@ -22,7 +22,13 @@ import numpy as np
 from rank4jax.data.windows import cloze_windows
 from rank4jax.engine.data_setup import check_held_out, prepare_split
 from rank4jax.errors import ConfigError, DataError
-from rank4jax.evaluation.evaluators import cloze_scores, ending_priors, lent_context_scores, other_contexts
+from rank4jax.evaluation.evaluators import (
+    cloze_scores,
+    ending_priors,
+    lent_context_scores,
+    other_contexts,
+    outcomes,
+)
 from rank4jax.evaluation.report import restore_for_evaluation
 
 
@@ -148,8 +154,8 @@ def _right_wrong(values: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
-    """The share of stories whose higher-scoring ending (scores (W, 2)) is the right one."""
-    return float(np.mean(np.argmax(scores, axis=1) == labels))
+    """The share of stories whose higher-scoring ending (scores (W, 2)) is the right one, a tie half."""
+    return float(np.mean(outcomes(scores, labels)))
 
 
 def _spread(values) -> dict:

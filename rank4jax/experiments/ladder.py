@@ -41,6 +41,7 @@ import math
 import os
 
 import ml_collections
+import numpy as np
 
 from rank4jax.engine.data_setup import prepare_data
 from rank4jax.engine.run_config import model_section
@@ -477,12 +478,19 @@ def delta(row: dict, reference: dict) -> float | None:
 def linear_fit(x, y) -> dict:
     """Least squares y ≈ a + b·x (``scipy.stats.linregress``): a, b, their standard errors, the 95 %
     interval of b and the two-sided p of b = 0 (Student's t with n − 2 degrees of freedom); the last
-    four None with fewer than three points."""
+    four None with fewer than three points or a perfect fit (no spread to measure). A ValueError for
+    a NaN, or for points that share one x (no slope to fit)."""
     from scipy import stats
 
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError(f"linear_fit: the points must be finite numbers, got x = {x.tolist()}, y = {y.tolist()}")
+    if len(x) < 2 or np.all(x == x[0]):
+        raise ValueError(f"linear_fit: a slope needs two points or more at different x, got x = {x.tolist()}")
     fit = stats.linregress(x, y)
     a, b = float(fit.intercept), float(fit.slope)
-    if len(x) < 3:
+    residuals = y - (a + b * x)
+    if len(x) < 3 or np.max(np.abs(residuals)) <= 1e-12 * max(1.0, float(np.max(np.abs(y)))):  # on a line
         return {"a": a, "b": b, "se_a": None, "se_b": None, "b_interval": None, "p_no_trend": None}
     half = float(stats.t.ppf(0.975, len(x) - 2)) * float(fit.stderr)
     return {"a": a, "b": b, "se_a": float(fit.intercept_stderr), "se_b": float(fit.stderr),

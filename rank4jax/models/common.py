@@ -65,8 +65,9 @@ def at_least_f32(x: jax.Array) -> jax.Array:
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
     """The joint softmax of every attention in the project, over the last axis (the keys): masked
     keys get the float32 (or wider) minimum score, so they have zero weight unless every key of the
-    query is masked (its weights are then uniform, never NaN). ``mask`` broadcasts to ``scores``.
-    Max and sum are taken in at least float32; the weights come back in the scores' dtype."""
+    query is masked (its weights are then uniform, never NaN; the rank-4 heads zero them). ``mask``
+    broadcasts to ``scores``. Max and sum are taken in at least float32; the weights come back in the
+    scores' dtype."""
     wide = at_least_f32(scores)
     weights = jax.nn.softmax(jnp.where(mask, wide, jnp.finfo(wide.dtype).min), axis=-1)
     return weights.astype(scores.dtype)

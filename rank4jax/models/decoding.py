@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def greedy(logits: jax.Array, j) -> jax.Array:
@@ -15,8 +16,9 @@ def greedy(logits: jax.Array, j) -> jax.Array:
 
 def sampler(key: jax.Array, temperature: float, top_k: int = 0):
     """Sampling from softmax(logits / temperature), from the ``top_k`` most likely tokens only when
-    ``top_k`` > 0; token j draws with ``fold_in(key, j)``. ``temperature`` 0 is greedy."""
-    if temperature == 0:
+    ``top_k`` > 0; token j draws with ``fold_in(key, j)``. ``temperature`` 0 is greedy, and so is one
+    below float32's smallest normal number (XLA flushes such a divisor to zero: the logits would be NaN)."""
+    if temperature < np.finfo(np.float32).tiny:
         return greedy
 
     def choose(logits: jax.Array, j) -> jax.Array:

@@ -17,8 +17,8 @@ head, because head outputs are summed):
     ∂L/∂γ = Σ ∂L/∂U ⊙ x̂,  ∂L/∂β = Σ ∂L/∂U,
     ∂L/∂X = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)),  ĝ = ∂L/∂U ⊙ γ.
 
-Masked keys get the finite minimum score, a constant: they receive no score gradient. Their A is 0
-unless every key of the query is masked (then A is uniform), so ∂L/∂S is multiplied by the mask.
+Masked keys get the finite minimum score, a constant: they receive no score gradient, and A is 0 there
+(all of a query's A when it has no key), so ∂L/∂S is multiplied by the mask.
 
 The forward passes are the autodiff path's own functions, so forward values are identical.
 """

@@ -35,14 +35,17 @@ def attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array, extra: jax.Ar
     """Joint-softmax weights of one head (q, k (B, P, D)) or all (q, k (B, H, P, D)) → (B, [H,] P, K).
 
     ``mask`` (B, K) bool, or (B, P, K) for keys that depend on the query; ``extra`` (B, P, K): a score
-    term shared by every head, added before the mask."""
+    term shared by every head, added before the mask. A query with no allowed key gets zero weights
+    (so a zero output): never a masked cell, nor, under a causal mask, a later one."""
     heads = (1,) * (q.ndim - 3)  # broadcast over a head axis when there is one
     scale = 1.0 / jnp.sqrt(jnp.asarray(q.shape[-1], q.dtype))
     scores = jnp.einsum("...pd,...kd->...pk", q, k) * scale
     if extra is not None:
         scores = scores + extra.reshape(extra.shape[:1] + heads + extra.shape[1:])
     mask = mask[:, None, :] if mask.ndim == 2 else mask  # (B, P or 1, K)
-    return masked_softmax(scores, mask.reshape(mask.shape[:1] + heads + mask.shape[1:]))
+    mask = mask.reshape(mask.shape[:1] + heads + mask.shape[1:])
+    weights = masked_softmax(scores, mask)  # uniform over every cell where no key is allowed
+    return weights * jnp.any(mask, axis=-1, keepdims=True).astype(weights.dtype)  # zero there
 
 
 def joint_heads(attn: dict, u: jax.Array, mask: jax.Array, extra: jax.Array | None = None) -> tuple[jax.Array, dict]:

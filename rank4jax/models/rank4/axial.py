@@ -36,13 +36,6 @@ def _slices(x: jax.Array, n_slices: int) -> jax.Array:
     return x.reshape(x.shape[0], -1, n_slices, *x.shape[2:])
 
 
-def _weights(q: jax.Array, k: jax.Array, mask: jax.Array) -> jax.Array:
-    """The joint softmax's weights over the keys ``mask`` allows ((B, K) or (B, P, K)), zero for a
-    query with none (the masked softmax's uniform fallback would read cells that are not keys)."""
-    has_key = jnp.any(mask, axis=-1)  # (B,) or (B, P)
-    return attention_weights(q, k, mask) * (has_key[:, None, None] if mask.ndim == 2 else has_key[..., None])
-
-
 def axial_heads(
     params: dict, u: jax.Array, key_mask: jax.Array, extra: jax.Array | None = None, *, n_slices: int
 ) -> tuple[jax.Array, dict]:
@@ -69,14 +62,14 @@ def axial_heads(
         def by_slice(a):  # (B, N, T, D) → (B·T, N, D)
             return jnp.swapaxes(a, 1, 2).reshape(batch * n_slices, n_tokens, width)
 
-        a_n = _weights(by_slice(q), by_slice(k), mask_n)  # A^N_h: within each slice  (B·T, N, N)
+        a_n = attention_weights(by_slice(q), by_slice(k), mask_n)  # A^N_h: within each slice  (B·T, N, N)
         within = jnp.einsum("bpk,bke->bpe", a_n, by_slice(v))  # A^N_h·V_h  (B·T, N, D)
         within = jnp.swapaxes(within.reshape(batch, n_slices, n_tokens, width), 1, 2)  # (B, N, T, D)
 
         def by_position(a):  # (B, N, T, D) → (B·N, T, D)
             return a.reshape(batch * n_tokens, n_slices, width)
 
-        a_t = _weights(by_position(q), by_position(k), mask_t)  # A^T_h: across the slices  (B·N, T, T)
+        a_t = attention_weights(by_position(q), by_position(k), mask_t)  # A^T_h: across the slices  (B·N, T, T)
         o = jnp.einsum("bts,bse->bte", a_t, by_position(within))  # A^T_h·A^N_h·V_h  (B·N, T, D)
         o = o.reshape(batch, n_positions, width)  # (B, P, D)
         out = o if out is None else out + o  # Σ_h: summed, no output map  (B, P, D)
