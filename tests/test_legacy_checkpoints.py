@@ -2,19 +2,24 @@
 iterator files in ``data_iter``) still evaluate and resume, through ``rank4jax.checkpoint.legacy``:
 the same parameters, and a resumed run identical to one resumed from the current layout."""
 
+import glob
+import json
 import os
+import pathlib
 import shutil
 
 import grain
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 from etils import epath
 
 from rank4jax.checkpoint import legacy
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.pipeline import train_dataset
 from rank4jax.engine.data_setup import prepare_data
+from rank4jax.errors import CheckpointError
 from rank4jax.runs import describe_run, load_run
 from rank4jax.training.loop import train
 from tests.helpers import tiny_config
@@ -66,3 +71,24 @@ def test_a_run_of_the_earlier_layout_evaluates_and_resumes_exactly(tiny_run, tmp
     ):
         np.testing.assert_array_equal(a, b)  # the same state and data position: the same steps 7 and 8
     assert not legacy.is_legacy(str(old / "checkpoints" / "8"))  # new checkpoints: the current layout
+
+
+def test_an_edited_config_of_the_earlier_layout_is_damage_in_one_line_each(tiny_run, tmp_path, capsys):
+    """The earlier layout whose saved configs say another n_heads (was 1,572 lines and 57 tracebacks):
+    each checkpoint is damage in one warning line, then one error; nothing is moved."""
+    old = tmp_path / "old"
+    shutil.copytree(tiny_run, old)
+    _to_legacy(str(old), tiny_config())
+    for path in glob.glob(str(old / "checkpoints" / "*" / "config" / "*")):
+        try:
+            saved = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        saved["model"]["n_heads"] = 1
+        pathlib.Path(path).write_text(json.dumps(saved), encoding="utf-8")
+    capsys.readouterr()
+    with pytest.raises(CheckpointError, match=r"no readable checkpoint .*\(6: its state params/layers/0/attn/wk is"):
+        load_run(str(old))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 2
+    assert sorted(os.listdir(old / "checkpoints")) == ["4", "6"]

@@ -5,6 +5,7 @@ layout's are. They resume and evaluate; new checkpoints are always written in th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import grain
@@ -22,7 +23,13 @@ def is_legacy(step_dir: str) -> bool:
 
 
 def restore_params(workdir: str, step: int, step_dir: str, abstract_params):
-    """The parameters alone from the ``state`` item (a partial restore of its tree)."""
+    """The parameters alone from the ``state`` item (a partial restore of its tree), their shapes
+    checked against the config first."""
+    from rank4jax.checkpoint.storage import check_shapes
+
+    saved = _saved_shapes(workdir, step, step_dir)
+    check_shapes(workdir, step, "state", {k: v for k, v in saved.items() if k.startswith("params/")},
+                 {"params": abstract_params})  # fmt: skip
     target = {"params": abstract_params}
     args = ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
@@ -34,15 +41,34 @@ def restore_params(workdir: str, step: int, step_dir: str, abstract_params):
         raise CheckpointDamaged(workdir, step, e) from None
 
 
-def restore_state(workdir: str, step: int, step_dir: str, abstract_state, data_iter=None):
-    """The whole train state from the ``state`` item, and the data iterator from grain's files (saved
-    by the same number of processes as now resume)."""
+def _saved_shapes(workdir: str, step: int, step_dir: str) -> dict:
+    """{path: shape} of the ``state`` item's arrays, from its metadata (no array read)."""
+    from rank4jax.checkpoint.storage import shapes_of
+
     try:
         with ocp.StandardCheckpointer() as checkpointer:
-            state = checkpointer.restore(os.path.join(step_dir, STATE_ITEM), abstract_state)
+            return shapes_of(checkpointer.metadata(os.path.join(step_dir, STATE_ITEM)).item_metadata.tree)
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointDamaged(workdir, step, e) from None
+
+
+def restore_state(workdir: str, step: int, step_dir: str, abstract_state, data_iter=None):
+    """The whole train state from the ``state`` item, and the data iterator from grain's files (saved
+    by the same number of processes as now resume), each checked as the current layout's are."""
+    from rank4jax.checkpoint.storage import check_position, check_shapes
+
+    path = os.path.join(step_dir, STATE_ITEM)
+    fields = {f.name: getattr(abstract_state, f.name) for f in dataclasses.fields(abstract_state)}
+    check_shapes(workdir, step, "state", _saved_shapes(workdir, step, step_dir), fields)
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            state = checkpointer.restore(path, abstract_state)
+        position = {"next_index": step}
         if data_iter is not None:
             handler = grain.checkpoint.CheckpointHandler()
             handler.restore(epath.Path(step_dir) / "data_iter", args=grain.checkpoint.CheckpointRestore(data_iter))
+            position = data_iter.get_state()
     except Exception as e:  # noqa: BLE001
         raise CheckpointDamaged(workdir, step, e) from None
+    check_position(workdir, step, state.step, position)
     return state

@@ -270,22 +270,14 @@ class RunCheckpoints:
         return os.path.join(checkpoint_dir(self.workdir), str(step))
 
     def _check_fits(self, step: int, item: str, abstract) -> None:
-        """The arrays ``abstract`` asks for against the item's own metadata (no array read): a saved config
-        that does not fit its arrays (edited, say) is one CheckpointError, not damage, and no restore
-        starts; unreadable metadata is damage."""
+        """The arrays ``abstract`` asks for against the item's own metadata (no array read): an item whose
+        arrays do not fit the run's config (another run's, an edited config) is damage, found before any
+        restore starts."""
         try:
-            saved = {jax.tree_util.keystr(p): tuple(m.shape) for p, m in jax.tree_util.tree_leaves_with_path(
-                self.manager.item_metadata(step)[item])}  # fmt: skip
+            saved = shapes_of(self.manager.item_metadata(step)[item])
         except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the metadata is unreadable
             raise CheckpointDamaged(self.workdir, step, e) from None
-        wanted = {jax.tree_util.keystr(p): tuple(a.shape) for p, a in jax.tree_util.tree_leaves_with_path(abstract)}
-        for name in sorted(set(saved) | set(wanted)):
-            if saved.get(name) != wanted.get(name):
-                raise CheckpointError(
-                    f"checkpoint {step} in {self.workdir} does not fit its own saved config: {item}{name} is "
-                    f"{saved.get(name, 'absent')} on disk, the config makes it {wanted.get(name, 'absent')} "
-                    "(was the saved config edited?)"
-                )
+        check_shapes(self.workdir, step, item, saved, abstract)
 
     def restore_params(self, step: int, abstract_params):
         """The parameters of checkpoint ``step`` alone (the optimiser's moments are never read), onto the
@@ -300,16 +292,60 @@ class RunCheckpoints:
 
     def restore_state(self, step: int, abstract_state, data_iter=None):
         """The train state onto the shardings ``abstract_state`` carries; the data iterator moved to the
-        checkpoint's position when given."""
+        checkpoint's position when given. Every item is checked against what the step implies first (its
+        arrays' shapes, the optimiser's step, the data position): one that does not fit is damage."""
         if legacy.is_legacy(self.step_dir(step)):
             state = legacy.restore_state(self.workdir, step, self.step_dir(step), abstract_state, data_iter)
         else:
             params, rest = split_state(abstract_state)
             self._check_fits(step, "params", params)
+            self._check_fits(step, "opt_state", rest)
             items = {"params": ocp.args.StandardRestore(params), "opt_state": ocp.args.StandardRestore(rest)}
             restored = self._restore(step, **items, **({"data_iter": ocp.args.JsonRestore()} if data_iter else {}))
+            check_position(
+                self.workdir, step, restored["opt_state"]["step"], restored.get("data_iter", {"next_index": step})
+            )
             state = abstract_state.replace(params=restored["params"], **restored["opt_state"])
             if data_iter is not None:
                 data_iter.set_state(restored["data_iter"])
         check_finite(self.workdir, step, state)
         return state
+
+
+def shapes_of(tree) -> dict:
+    """{"a/b/0/c": shape} of a tree's arrays (or their metadata): each key by its name, so a namedtuple's
+    fields (attributes in memory, dict keys in orbax's metadata) read alike."""
+
+    def name(key):
+        return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+    return {"/".join(map(name, p)): tuple(a.shape) for p, a in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def check_shapes(workdir: str, step: int, item: str, saved: dict, abstract) -> None:
+    """``saved`` (:func:`shapes_of` an item on disk) against the arrays ``abstract`` asks for."""
+    wanted = shapes_of(abstract)
+    for name in sorted(set(saved) | set(wanted)):
+        if saved.get(name) != wanted.get(name):
+            raise CheckpointDamaged(
+                workdir,
+                step,
+                f"its {item} {name} is {saved.get(name, 'absent')}, where its config makes it "
+                f"{wanted.get(name, 'absent')}",
+            )
+
+
+def check_position(workdir: str, step: int, saved_step, data_state) -> None:
+    """A checkpoint of step ``step`` holds the optimiser at that step and the data iterator at that
+    batch (``{"next_index": step}``: one global batch a step); anything else (another step's item, a
+    hand-edited value) is damage."""
+    if int(np.asarray(saved_step)) != step:
+        raise CheckpointDamaged(workdir, step, f"its optimiser state is at step {int(np.asarray(saved_step))}")
+    index = data_state.get("next_index") if isinstance(data_state, dict) else None
+    if not (
+        isinstance(data_state, dict) and set(data_state) == {"next_index"} and type(index) is int and index == step
+    ):
+        shown = repr(data_state)
+        raise CheckpointDamaged(
+            workdir, step, f"its data position is {shown[:60] + '...' if len(shown) > 60 else shown}, not batch {step}"
+        )
