@@ -12,12 +12,11 @@ from rank4jax.startup import exit_on_signals
 
 exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
 
-import json
 import os
 
-import numpy as np
 from absl import app, flags, logging
 
+from rank4jax import files
 from rank4jax.cli import parse_flags, run_experiment
 from rank4jax.errors import ConfigError
 from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown
@@ -44,12 +43,9 @@ def main(argv):
         result = context_spread(
             _WORKDIR.value, _CLOZE.value, step=_STEP.value, pool=_POOL.value, ks=ks, draws=_DRAWS.value
         )
-        out_dir = os.path.join(_WORKDIR.value, "eval")
-        os.makedirs(out_dir, exist_ok=True)
-        stem = os.path.join(out_dir, f"cloze_contexts_step{result['step']}")
-        np.savez_compressed(stem + ".npz", **result.pop("per_story"))
-        with open(stem + ".json", "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+        stem = os.path.join("eval", f"cloze_contexts_step{result['step']}")
+        files.save_npz(_WORKDIR.value, stem + ".npz", **result.pop("per_story"))
+        files.write_json(_WORKDIR.value, stem + ".json", result)
         return result
 
     print(spread_markdown(run_experiment("context spread", spread)))

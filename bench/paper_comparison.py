@@ -121,7 +121,7 @@ def main(argv=None) -> dict:
     ap.add_argument(
         "--workdir",
         default=None,
-        help="the runs (checkpoints: GBs at paper size; rerun to resume); default <temp dir>/paper_comparison[_tiny]",
+        help="the runs (checkpoints: GBs at paper size; rerun to resume); default runs/paper_comparison_runs[_tiny]",
     )
     ap.add_argument("--data_dir", default=None, help=f"holds {ROCSTORIES} and {CLOZE}")
     ap.add_argument("--budget_s", type=float, default=None, help="training seconds per family (40; tiny 2)")
@@ -138,7 +138,6 @@ def main(argv=None) -> dict:
 def check_args(args):
     """One ConfigError for the first bad flag, before anything runs."""
     import math
-    import tempfile
 
     from rank4jax.errors import ConfigError
     from rank4jax.evaluation.report import check_count
@@ -151,16 +150,15 @@ def check_args(args):
         raise ConfigError(f"--budget_s must be a positive number of seconds, got {args.budget_s:g}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ConfigError(f"--out={args.out} is a file, not a directory")
-    default = os.path.join(tempfile.gettempdir(), "paper_comparison_tiny" if args.tiny else "paper_comparison")
-    args.workdir = args.workdir or default
+    args.workdir = args.workdir or ("runs/paper_comparison_runs" + ("_tiny" if args.tiny else ""))  # the user's
     return args
 
 
 def run(args) -> dict:
+    from rank4jax import files
     from rank4jax.engine.data_setup import prepare_data
     from rank4jax.errors import DataError
     from rank4jax.experiments import ladder as lad
-    from rank4jax.records import write_json, write_text
 
     clock, seconds = time.perf_counter(), {}
     data_dir = args.data_dir or next((d for d in DATA_DIRS if os.path.isfile(os.path.join(d, ROCSTORIES))), None)
@@ -183,10 +181,9 @@ def run(args) -> dict:
     seconds["train and evaluate"] = time.perf_counter() - start
     seconds["total"] = time.perf_counter() - clock
     text = report(result, plan, args, seconds)
-    os.makedirs(args.out, exist_ok=True)
-    write_text(os.path.join(args.out, "paper_comparison.md"), text)
+    files.write_text(args.out, "paper_comparison.md", text)
     everything = {"plan": plan, "seconds": seconds, "result": result}
-    write_json(os.path.join(args.out, "paper_comparison.json"), everything, default=str)
+    files.write_json(args.out, "paper_comparison.json", everything, default=str)
     print(text)
     return everything
 

@@ -5,12 +5,11 @@ checkpoints, evaluation and the experiments read it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 
-from rank4jax.errors import WorkdirError, say
+from rank4jax import files
+from rank4jax.errors import say
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "train_summary.json"  # written by the training loop at the end of a run
@@ -25,40 +24,14 @@ OWN_PATHS = (LOCK_FILE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR,
 OWN_PATHS += ("eval", "plots", "profile")
 
 
-def write_text(path: str, text: str) -> None:
-    """Write a file atomically: a new temporary file beside it (created exclusively, never through a
-    link), then a rename over ``path`` (which replaces a link there instead of following it). A process
-    killed mid-write leaves the previous file whole."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: str, data, default=None) -> None:
-    """:func:`write_text` of ``data`` as indented JSON (``default``: as ``json.dumps`` takes it)."""
-    write_text(path, json.dumps(data, indent=2, default=default))
-
-
-def refuse_links(workdir: str, names=OWN_PATHS) -> None:
-    """A WorkdirError when one of the run's own paths in ``workdir`` (or a checkpoint step directory)
-    is a symbolic link: followed, a write would land outside the workdir (and a keep policy delete
-    there). Nothing has been written when it is raised."""
-    paths = [os.path.join(workdir, name) for name in names]
+def check_own_paths(workdir: str, names=OWN_PATHS) -> None:
+    """Every one of the run's own paths in ``workdir`` (and each checkpoint step directory) as the
+    writer takes it (``rank4jax.files.path_in``): a crafted workdir is refused before anything is written."""
     checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
-    if os.path.isdir(checkpoints) and not os.path.islink(checkpoints):
-        paths += sorted(os.path.join(checkpoints, name) for name in os.listdir(checkpoints))
-    for path in paths:
-        if os.path.islink(path):
-            raise WorkdirError(
-                f"{path} is a symbolic link (to {os.readlink(path)}); a run writes only into its own files and "
-                "directories: remove the link, or use another --workdir; nothing was changed"
-            )
+    steps = sorted(os.listdir(checkpoints)) if CHECKPOINT_DIR in names and os.path.isdir(checkpoints) else []
+    if not os.path.islink(checkpoints):
+        names = (*names, *(os.path.join(CHECKPOINT_DIR, step) for step in steps))
+    files.check_paths(workdir, names)
 
 
 def read_json(path: str, what: str) -> dict | None:

@@ -18,6 +18,7 @@ import shutil
 import jax
 import numpy as np
 
+from rank4jax import files
 from rank4jax.checkpoint.damage import CheckpointDamaged
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.engine.run_config import FINGERPRINT_KEY, from_json_dict
@@ -25,7 +26,7 @@ from rank4jax.engine.sharding import with_shardings
 from rank4jax.engine.state import TrainState, abstract_train_state
 from rank4jax.errors import CheckpointError, say
 from rank4jax.models.family import ModelFamily, get_family
-from rank4jax.records import DAMAGED_DIR, refuse_links
+from rank4jax.records import DAMAGED_DIR
 
 
 @dataclasses.dataclass
@@ -122,9 +123,7 @@ def load_run(workdir: str, step: str | int = "best") -> LoadedRun:
 def move_aside(ckpt, step: int) -> str:
     """Move ``ckpt``'s damaged checkpoint ``step`` into ``damaged_checkpoints/`` (never deleted); returns
     where it went."""
-    target_dir = os.path.join(os.path.abspath(ckpt.workdir), DAMAGED_DIR)
-    refuse_links(ckpt.workdir, (DAMAGED_DIR,))
-    os.makedirs(target_dir, exist_ok=True)
+    target_dir = files.make_dirs(ckpt.workdir, DAMAGED_DIR)
     target, n = os.path.join(target_dir, str(step)), 1
     while os.path.exists(target):
         target, n = os.path.join(target_dir, f"{step}.{n}"), n + 1

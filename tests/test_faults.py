@@ -452,7 +452,7 @@ def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
     printed = json.loads(out.stdout[: out.stdout.index("}") + 1])  # the figures are printed: the evaluation's
     again = evaluate_run(str(tiny_run_copy), "validation", num_examples=0, rollout_steps=0)
     assert again["write_error"] and printed["window_ce"] == pytest.approx(again["window_ce"], rel=1e-6)
-    assert out.stderr.strip().splitlines()[-1].startswith(f"error: cannot write the report {tiny_run_copy}/eval/")
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: {tiny_run_copy}/eval is not a directory")
     assert out.stderr.strip().endswith("the figures above were not saved")
 
 
@@ -549,7 +549,7 @@ def test_read_only_workdir_is_one_error_before_any_work(tmp_path, monkeypatch):
         return real_open(path, flags, *args)
 
     monkeypatch.setattr(workdir_lock.os, "open", read_only)
-    with pytest.raises(WorkdirError, match=r"cannot write to the workdir: .*\.lock: Read-only file system; nothing"):
+    with pytest.raises(WorkdirError, match=r"cannot write .*\.lock: Read-only file system; nothing"):
         train(tiny_config(), str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()  # nothing read, nothing written, nothing left
 
@@ -574,7 +574,7 @@ def test_a_refused_run_leaves_the_workdir_as_it_found_it(tmp_path):
     new = tmp_path / "new" / "run"
     with pytest.raises(DataError):
         train(refused, str(new))
-    assert sorted(os.listdir(tmp_path)) == ["new"] and not new.exists()
+    assert sorted(os.listdir(tmp_path)) == []  # the workdir and the parent it made
     old = tmp_path / "old"
     old.mkdir()
     (old / "notes.txt").write_text("mine")

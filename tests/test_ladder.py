@@ -141,7 +141,7 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
     assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 | 10 | 12.5 | 0.500 |" in table
     assert "| 8 | baseline_lm | 0.5 | nan | nan |" in table.split("McNemar")[1]  # its tests are reported
     assert lad.quiet_seconds_to_best(rows["d8/rank4"]) == 0.025  # 2 steps at 12.5 ms
-    fig = lad.plot_ladder({"rows": rows}, str(tmp_path / "plots" / "ladder.png"))
+    fig = lad.plot_ladder({"rows": rows}, str(tmp_path))
     assert os.path.getsize(tmp_path / "plots" / "ladder.png") > 0
     params, time, gain, lm_params, lm_time = fig.axes  # the LM's LS(T) on its own axis in the first two panels
     drawn = {ax: {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines}

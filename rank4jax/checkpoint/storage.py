@@ -28,7 +28,7 @@ from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, storage_
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say
 from rank4jax.models.family import SELECTIONS
-from rank4jax.records import CHECKPOINT_DIR, CONFIG_FILE, best_validated, read_json, refuse_links
+from rank4jax.records import CHECKPOINT_DIR, CONFIG_FILE, best_validated, check_own_paths, read_json
 
 # What a save must find free: SPACE_MARGIN times the state's bytes, plus SPACE_SLACK (TensorStore's
 # files for the same state differ in number with how its writes were batched; tiny checkpoints take
@@ -124,7 +124,7 @@ class RunCheckpoints:
         if read_only and not os.path.isdir(directory):
             raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
         if not read_only:
-            refuse_links(workdir, (CHECKPOINT_DIR,))
+            check_own_paths(workdir, (CHECKPOINT_DIR,))
             if jax.process_index() == 0:  # the processes share the directory
                 remove_partial_saves(directory)
         self.workdir, self.read_only = workdir, read_only

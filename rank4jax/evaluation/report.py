@@ -22,6 +22,7 @@ import time
 import jax
 import numpy as np
 
+from rank4jax import files
 from rank4jax.checkpoint.storage import RunCheckpoints
 from rank4jax.data.windows import SPLITS, cloze_windows, encode_story
 from rank4jax.engine import sharding
@@ -29,11 +30,10 @@ from rank4jax.engine.batches import batch_layout
 from rank4jax.engine.data_setup import check_held_out, prepare_split
 from rank4jax.engine.programs import StepPolicy, build_programs, optim_key
 from rank4jax.engine.run_config import data_fingerprint
-from rank4jax.errors import ConfigError, DataError, say
+from rank4jax.errors import ConfigError, DataError, WorkdirError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
-from rank4jax.records import refuse_links, write_json
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
 
@@ -76,7 +76,7 @@ def evaluate_run(
     check_count("cloze_contexts", cloze_contexts)
     if compute_dtype is not None:
         check_compute_dtype(compute_dtype)
-    refuse_links(workdir, ("eval", "plots"))  # the report's directories: never a link out of the workdir
+    files.check_paths(workdir, ("eval", "plots"))  # the report's directories: never a link out of the workdir
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)
     if data_path is None:
@@ -225,17 +225,11 @@ def report_stem(data_path: str) -> str:
 
 
 def _write(workdir: str, report: dict, data_path: str | None = None) -> dict:
-    out_dir = os.path.join(workdir, "eval")
     name = f"{report['split']}_step{report['step']}.json"
     if data_path:  # another file's split: never overwrite the run's own reports, nor another file's
         name = f"{report_stem(data_path)}.{name}"
-    path = os.path.join(out_dir, name)
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        write_json(path, report)
-    except OSError as e:  # a read-only or full disk: the figures are still returned (and printed)
-        report["path"] = None
-        report["write_error"] = f"cannot write the report {path}: {e.strerror or e}"
-        return report
-    report["path"] = path
+        report["path"] = files.write_json(workdir, os.path.join("eval", name), report)
+    except WorkdirError as e:  # a read-only or full disk: the figures are still returned (and printed)
+        report["path"], report["write_error"] = None, str(e)
     return report

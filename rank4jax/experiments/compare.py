@@ -13,6 +13,7 @@ import os
 
 import ml_collections
 
+from rank4jax import files
 from rank4jax.engine.run_config import to_json_dict
 from rank4jax.errors import ConfigError
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
@@ -102,7 +103,7 @@ def compare(
     write_outputs(workdir, "compare", result, result["table"])
     families = {name: run.config.model_family for name, run in runs.items()}
     curves = {name: run.curves for name, run in runs.items()}
-    plot_comparison(curves, families, os.path.join(workdir, "plots", "compare_curves.png"))
+    plot_comparison(curves, families, workdir)
     return result
 
 
@@ -265,15 +266,15 @@ def wide_markdown(res: dict) -> list[str]:
     return lines
 
 
-def plot_comparison(curves: dict, families: dict, out_path: str) -> None:
-    """Training and validation curves of every run (the paper's Figures 2–4); ``families``: run name →
-    model family, whose selection loss labels the curves."""
+def plot_comparison(curves: dict, families: dict, workdir: str) -> None:
+    """Training and validation curves of every run (the paper's Figures 2–4) into
+    ``workdir/plots/compare_curves.png``; ``families``: run name → model family, whose selection loss
+    labels the curves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
     # one loss per axis: each run's own selection loss (training and validation: the same quantity),
     # then the validation LS(T) of every run (the one loss the families share)
     fig, axes = plt.subplots(1, len(curves) + 1, figsize=(5 * (len(curves) + 1), 4))
@@ -296,5 +297,7 @@ def plot_comparison(curves: dict, families: dict, out_path: str) -> None:
         if ax.get_lines():
             ax.legend()
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    try:
+        files.save_figure(fig, workdir, os.path.join("plots", "compare_curves.png"), dpi=100)
+    finally:
+        plt.close(fig)

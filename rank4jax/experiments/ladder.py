@@ -43,6 +43,7 @@ import os
 import ml_collections
 import numpy as np
 
+from rank4jax import files
 from rank4jax.engine.data_setup import prepare_data
 from rank4jax.engine.run_config import model_section
 from rank4jax.errors import ConfigError, TrainingDivergedError, say
@@ -50,10 +51,10 @@ from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.report import check_count
 from rank4jax.evaluation.significance import mcnemar_exact, wilson_interval
 from rank4jax.experiments.compare import CLOZE_RULES, check_cloze_data
-from rank4jax.experiments.runner import run_all, train_stage, write_outputs
+from rank4jax.experiments.runner import check_experiment_workdir, run_all, stage_dir, train_stage, write_outputs
 from rank4jax.models.family import SELECTIONS, run_param_count
 from rank4jax.models.sizes import closest
-from rank4jax.training.metrics import CONFIG_FILE, SUMMARY_FILE, read_json, read_metrics, training_seconds, write_json
+from rank4jax.training.metrics import CONFIG_FILE, SUMMARY_FILE, read_json, read_metrics, training_seconds
 
 FAMILIES = {  # name → (model family, what it is)
     "rank4": ("rank4", "rank-4, the paper's objective and selection"),
@@ -312,7 +313,7 @@ def train_run(name: str, config: ml_collections.ConfigDict, run_dir: str) -> dic
     try:
         return train_stage(name, config, run_dir)
     except TrainingDivergedError as e:
-        write_json(os.path.join(run_dir, DIVERGED_FILE), {"learning_rate": config.optim.learning_rate, "error": str(e)})
+        files.write_json(run_dir, DIVERGED_FILE, {"learning_rate": config.optim.learning_rate, "error": str(e)})
         say(f"rank4jax: {name} {e}; the ladder goes on without it")
         return None
 
@@ -322,18 +323,12 @@ def _finished_step(run_dir: str) -> int | None:
     return (read_json(os.path.join(run_dir, SUMMARY_FILE), "the run's summary") or {}).get("step")
 
 
-def check_workdir(workdir: str) -> None:
-    """A ConfigError when the ladder's workdir exists and is not a directory."""
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise ConfigError(f"--workdir={workdir} is not a directory")
-
-
 def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evaluate=None) -> dict | None:
     """Train what is not finished — the sweep, then the rungs at the picked rates — and, unless
     ``only`` names one run to train, evaluate every rung (``evaluate(rungs, rates)`` → the report).
     ``given``: family → learning rate, for families that skip the sweep."""
     given = dict(given or {})
-    check_workdir(workdir)
+    check_experiment_workdir(workdir)
     vocab_size = prepare_data(base, None).tokenizer.vocab_size
     sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
     known = {**sweep, **(rungs or {})}
@@ -341,10 +336,10 @@ def ladder(base, workdir: str, plan: LadderPlan, *, given=None, only=None, evalu
         if only not in known:
             hint = "" if rungs is not None else " (the rungs are known once the sweep has finished)"
             raise ConfigError(f"--only={only!r} is not a run of this ladder{hint}; its runs: {', '.join(known)}")
-        train_run(only, known[only], os.path.join(workdir, only))
+        train_run(only, known[only], stage_dir(workdir, only))
         return None
     for name, config in sweep.items():
-        train_run(name, config, os.path.join(workdir, name))
+        train_run(name, config, stage_dir(workdir, name))
     sweep, rungs = plan_runs(base, workdir, plan, given, vocab_size)
     return evaluate(workdir, rungs) if evaluate is not None else None
 
@@ -354,7 +349,7 @@ def status(base, workdir: str, plan: LadderPlan, given=None) -> str:
     the step it reached, its best validation selection loss with the step and LS(T) there, and its
     logged training time. Reads the runs' logs only: nothing is trained or compiled."""
     given = dict(given or {})
-    check_workdir(workdir)
+    check_experiment_workdir(workdir)
     if not os.path.isdir(workdir):
         raise ConfigError(f"--workdir={workdir}: no ladder there yet (nothing has been trained in it)")
     sweep, rungs = plan_runs(base, workdir, plan, given, prepare_data(base, None).tokenizer.vocab_size)
@@ -396,7 +391,7 @@ def evaluator(split: str = "test", cloze_data: str | None = None, cloze_contexts
         result = summarise(runs, split) | {"cloze_data": cloze_data, "diverged": gone}
         result["table"] = report_markdown(result)
         write_outputs(workdir, "ladder", result, result["table"])
-        plot_ladder(result, os.path.join(workdir, "plots", "ladder.png"))
+        plot_ladder(result, workdir)
         return result
 
     return evaluate
@@ -663,17 +658,16 @@ def quiet_seconds_to_best(row: dict) -> float:
     return row["best_step"] * row["ms_per_step"] / 1000
 
 
-def plot_ladder(result: dict, out_path: str):
-    """LS(T) against parameters (log scale) and against training time (``quiet_seconds_to_best``), one
-    line per family; context gain against parameters. A teacher-forced LS(T) is no comparison with a
-    free-running one and sits about 1.5 nats lower, so it is drawn dashed on its own axis at the right.
-    Returns the (closed) figure, whose axes hold what was drawn."""
+def plot_ladder(result: dict, workdir: str):
+    """``workdir/plots/ladder.png``: LS(T) against parameters (log scale) and against training time
+    (``quiet_seconds_to_best``), one line per family; context gain against parameters. A teacher-forced
+    LS(T) is no comparison with a free-running one and sits about 1.5 nats lower, so it is drawn dashed
+    on its own axis at the right. Returns the (closed) figure, whose axes hold what was drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.5))
     forced = (
         [axes[0].twinx(), axes[1].twinx()]
@@ -718,6 +712,8 @@ def plot_ladder(result: dict, out_path: str):
             handles, labels = handles + more[0], labels + more[1]
         ax.legend(handles, labels, fontsize="small")
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
+    try:
+        files.save_figure(fig, workdir, os.path.join("plots", "ladder.png"), dpi=100)
+    finally:
+        plt.close(fig)
     return fig

@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 import ml_collections
 
-from rank4jax.errors import StageInterrupted
+from rank4jax import files
+from rank4jax.errors import ConfigError, StageInterrupted
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS
 from rank4jax.evaluation.report import evaluate_run
-from rank4jax.records import write_json, write_text
+from rank4jax.records import CHECKPOINT_DIR, CONFIG_FILE
 from rank4jax.training.loop import train
 from rank4jax.training.metrics import read_metrics, steady_ms_per_step
 
@@ -62,9 +63,10 @@ def run_all(
     ``split``; ``extra_evals`` (label → ``evaluate_run`` keyword arguments) adds further evaluations.
     ``train(name, config, run_dir)`` trains one run (``train_stage`` when None); a run it returns None
     for is left out of the result, unevaluated."""
+    check_experiment_workdir(workdir)
     results = {}
     for name, config in configs.items():
-        run_dir = os.path.join(workdir, name)
+        run_dir = stage_dir(workdir, name)
         summary = (train or train_stage)(name, config, run_dir)
         if summary is None:
             continue
@@ -73,6 +75,24 @@ def run_all(
         extra = {label: evaluate_run(run_dir, **kwargs) for label, kwargs in (extra_evals or {}).items()}
         results[name] = RunResult(name, run_dir, config, summary, report, read_metrics(run_dir), extra)
     return results
+
+
+def check_experiment_workdir(workdir: str) -> None:
+    """An experiment's workdir holds its runs in folders of their own: a file there, or a training run's
+    own workdir (its config.json or checkpoints/), is refused before anything is written."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ConfigError(f"--workdir={workdir} is not a directory")
+    if any(os.path.lexists(os.path.join(workdir, own)) for own in (CONFIG_FILE, CHECKPOINT_DIR)):
+        raise ConfigError(
+            f"--workdir={workdir} is a training run's workdir (it holds {CONFIG_FILE} or {CHECKPOINT_DIR}/): an "
+            "experiment keeps its runs in folders of their own; use another --workdir"
+        )
+
+
+def stage_dir(workdir: str, name: str) -> str:
+    """``workdir/name``, a stage's run folder, every component below the workdir checked by the writer
+    (a stage folder that is a link would train outside the workdir)."""
+    return files.path_in(workdir, name)
 
 
 def train_stage(name: str, config: ml_collections.ConfigDict, run_dir: str) -> dict:
@@ -90,7 +110,6 @@ def train_stage(name: str, config: ml_collections.ConfigDict, run_dir: str) -> d
 
 def write_outputs(workdir: str, stem: str, result, table: str) -> None:
     """``workdir/<stem>.json`` (the result) and ``workdir/<stem>.md`` (the table)."""
-    os.makedirs(workdir, exist_ok=True)
-    write_json(os.path.join(workdir, f"{stem}.json"), result)
+    files.write_json(workdir, f"{stem}.json", result)
     if table:
-        write_text(os.path.join(workdir, f"{stem}.md"), table + "\n")
+        files.write_text(workdir, f"{stem}.md", table + "\n")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from rank4jax import files
 from rank4jax.errors import WorkdirError, say
 from rank4jax.records import (  # noqa: F401 -- the run's files, read here and by the commands
     CONFIG_FILE,
@@ -21,8 +22,6 @@ from rank4jax.records import (  # noqa: F401 -- the run's files, read here and b
     _records,
     read_json,
     read_metrics,
-    write_json,
-    write_text,
 )
 
 
@@ -67,12 +66,11 @@ class MetricsWriter:
             return
         try:
             if self._events is None:  # opened first: once metrics.jsonl exists, so does the event file
+                files.path_in(self.workdir, "")  # its folder: the workdir itself, checked by the writer
                 self._events = EventFile(self.workdir)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW  # never through a link
-            with os.fdopen(os.open(self.path, flags, 0o644), "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
         except OSError as e:
-            raise WorkdirError(f"cannot write {e.filename or self.path}: {e.strerror}") from None
+            raise WorkdirError(f"cannot write {e.filename or self.workdir}: {e.strerror}") from None
+        files.append_line(self.workdir, METRICS_FILE, json.dumps(record))
         split = record.get("split", "train")
         scalars = {
             f"{split}/{name}": value
@@ -110,7 +108,7 @@ def rewind_metrics(workdir: str, step: int) -> None:
         if key[1] <= step:
             kept.pop(key, None)
             kept[key] = record
-    write_text(path, "".join(json.dumps(record) + "\n" for record in kept.values()))
+    files.write_text(workdir, METRICS_FILE, "".join(json.dumps(record) + "\n" for record in kept.values()))
 
 
 def steady_ms_per_step(workdir: str, batch_size: int) -> float:
@@ -145,7 +143,7 @@ def selection_loss(workdir: str) -> str:
     return (summary.get("selection_loss") if isinstance(summary, dict) else None) or "selection loss"
 
 
-def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
+def plot_curves(workdir: str) -> str | None:
     """Draw the training and validation loss (one axis) and the validation LS(T) against step (like
     the paper's Figures 3–4) into ``workdir/plots/curves.png``. Returns the path, or None if no data."""
     import matplotlib
@@ -157,8 +155,6 @@ def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
     train, val = metrics.get("train", []), metrics.get("validation", [])
     if not train and not val:
         return None
-    out_path = out_path or os.path.join(workdir, "plots", "curves.png")
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
     selection = selection_loss(workdir)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     panels = [  # (axis, [(records, key, label)], title): training and validation loss on one axis
@@ -183,9 +179,10 @@ def plot_curves(workdir: str, out_path: str | None = None) -> str | None:
         if ax.get_lines():
             ax.legend()
     fig.tight_layout()
-    fig.savefig(out_path, dpi=100)
-    plt.close(fig)
-    return out_path
+    try:
+        return files.save_figure(fig, workdir, os.path.join("plots", "curves.png"), dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def main(argv=None) -> None:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from rank4jax import files
 from rank4jax.errors import TrainingDivergedError
 from rank4jax.models.family import objective_label
 from rank4jax.models.flops import train_flops_per_window
@@ -23,7 +24,6 @@ from rank4jax.training.metrics import (
     read_metrics,
     rewind_metrics,
     training_seconds,
-    write_json,
 )
 from rank4jax.training.utilization import peak_flops, utilization
 
@@ -38,7 +38,7 @@ class Output:
         # The resolved config of this start (overrides, layout, data fingerprint), when it trains: a
         # finished run's record keeps the settings it was trained with, whatever a rerun asks for.
         if run.is_main and trains:
-            write_json(os.path.join(run.workdir, CONFIG_FILE), run.saved_config)
+            files.write_json(run.workdir, CONFIG_FILE, run.saved_config)
         self.writer = MetricsWriter(run.workdir, enabled=run.is_main)
         self.bar = tqdm(
             total=run.config.num_steps,
@@ -191,7 +191,7 @@ def write_summary(run, actions, start: int, final_step: int, elapsed: float) -> 
         "data": run.data.summary(),
     }
     if run.is_main:
-        write_json(summary_path, summary)
+        files.write_json(run.workdir, SUMMARY_FILE, summary)
         if run.config.plots:
             plot_curves(run.workdir)
     return summary

@@ -33,7 +33,7 @@ from rank4jax.engine.state import TrainState, abstract_train_state, carry_optimi
 from rank4jax.errors import CheckpointError, say
 from rank4jax.evaluation.evaluators import Evaluators
 from rank4jax.models.family import SELECTIONS, ModelFamily, get_family
-from rank4jax.records import refuse_links
+from rank4jax.records import check_own_paths
 from rank4jax.runs import first_readable
 from rank4jax.training.layout_choice import choose_layout
 from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
@@ -79,7 +79,7 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     family = get_family(config.model_family)
     stack.push(UndoIfFailed(workdir, dirs=(CHECKPOINT_DIR,)))  # a refused run leaves the workdir as it was
     make_workdir(workdir)
-    refuse_links(workdir)  # nothing the run writes may follow a link out of the workdir
+    check_own_paths(workdir)  # nothing the run writes may follow a link out of the workdir
     lock = stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
     ckpt = stack.enter_context(RunCheckpoints(workdir, config.keep_checkpoints, selection=SELECTIONS[config.selection]))
     fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved

@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 
+from rank4jax import files
 from rank4jax.errors import WorkdirBusyError, WorkdirError, say
 from rank4jax.records import LOCK_FILE
 
@@ -40,14 +41,18 @@ def _holder(path: str) -> str:
 class UndoIfFailed:
     """For ``ExitStack.push`` before the lock is taken: if the run fails (a refusal before training,
     say), what the run created and left empty is removed after the lock is released, so the workdir
-    is as it was: the lock file, an empty ``dirs`` folder (checkpoints/) and the workdir itself."""
+    is as it was: the lock file, an empty ``dirs`` folder (checkpoints/), the workdir itself and the
+    parents it made (an experiment's stage folder, ``d64/`` of ``d64/rank4``)."""
 
     def __init__(self, workdir: str, dirs: tuple[str, ...]):
-        self.workdir, self.dirs = workdir, dirs
-        self.new = not os.path.exists(workdir)
-        if not self.new and not os.path.isdir(workdir):
+        self.workdir, self.dirs, self.made = workdir, dirs, []
+        path = os.path.abspath(workdir)
+        while not os.path.lexists(path):  # the directories this run will create, innermost first
+            self.made.append(path)
+            path = os.path.dirname(path)
+        if self.made == [] and not os.path.isdir(workdir):
             raise WorkdirError(f"the workdir {workdir} is a file, not a directory; nothing was changed")
-        self.before = set() if self.new else set(os.listdir(workdir))
+        self.before = set() if self.made else set(os.listdir(workdir))
 
     def __call__(self, exc_type, exc, tb) -> bool:
         if exc_type is None:
@@ -57,18 +62,17 @@ class UndoIfFailed:
             path = os.path.join(self.workdir, name)
             with contextlib.suppress(OSError):  # not empty (something was saved), or already gone
                 os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
-        if self.new:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.workdir)
+        for path in self.made:
+            try:
+                os.rmdir(path)
+            except OSError:  # not empty (or gone): what is above it stays too
+                break
         return False  # the failure goes on
 
 
 def make_workdir(workdir: str) -> None:
     """Create ``workdir`` (and its parents), or one WorkdirError naming why it cannot be."""
-    try:
-        os.makedirs(workdir, exist_ok=True)
-    except OSError as e:
-        raise WorkdirError(f"cannot create the workdir {workdir}: {e.strerror}") from None
+    files.make_dirs(workdir)
     if not os.access(workdir, os.W_OK | os.X_OK):
         raise WorkdirError(f"the workdir {workdir} is not writable; nothing was changed")
 
@@ -77,17 +81,14 @@ class WorkdirLock:
     """Context manager: the exclusive lock of ``workdir`` for this process, or WorkdirBusyError."""
 
     def __init__(self, workdir: str, enabled: bool = True):
-        self.path = os.path.join(workdir, LOCK_FILE)
+        self.workdir, self.path = workdir, os.path.join(workdir, LOCK_FILE)
         self.enabled = enabled
         self._fd: int | None = None
 
     def __enter__(self):
         if not self.enabled:
             return self
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # never a link's target
-        except OSError as e:
-            raise WorkdirError(f"cannot write to the workdir: {self.path}: {e.strerror}; nothing was changed") from None
+        fd = files.open_own(self.workdir, LOCK_FILE, os.O_RDWR)  # a regular file of its own: no link, no FIFO
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
