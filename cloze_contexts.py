@@ -12,14 +12,12 @@ from rank4jax.startup import exit_on_signals
 
 exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
 
-import os
 
 from absl import app, flags, logging
 
-from rank4jax import files
 from rank4jax.cli import parse_flags, run_experiment
 from rank4jax.errors import ConfigError
-from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown
+from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown, write_spread
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of a training run.", required=True)
 _CLOZE = flags.DEFINE_string("cloze_data", None, "A Story Cloze CSV.", required=True)
@@ -43,10 +41,7 @@ def main(argv):
         result = context_spread(
             _WORKDIR.value, _CLOZE.value, step=_STEP.value, pool=_POOL.value, ks=ks, draws=_DRAWS.value
         )
-        stem = os.path.join("eval", f"cloze_contexts_step{result['step']}")
-        files.save_npz(_WORKDIR.value, stem + ".npz", **result.pop("per_story"))
-        files.write_json(_WORKDIR.value, stem + ".json", result)
-        return result
+        return write_spread(_WORKDIR.value, result)
 
     print(spread_markdown(run_experiment("context spread", spread)))
 

@@ -24,9 +24,10 @@ def _parts(relative: str) -> list[str]:
     return [p for p in os.path.normpath(relative).split(os.sep) if p not in ("", ".")]
 
 
-def path_in(workdir: str, relative: str) -> str:
+def path_in(workdir: str, relative: str, file: bool = False) -> str:
     """``workdir/relative`` once every component below ``workdir`` is checked: no symbolic link, every
-    parent a directory, the last (if it exists) a directory or a regular file with one hard link."""
+    parent a directory, the last (if it exists) a regular file with one hard link, or (unless ``file``)
+    a directory."""
     path, parts = workdir, _parts(relative)
     if ".." in parts:
         raise WorkdirError(f"{relative} is not below the workdir {workdir}")
@@ -42,7 +43,7 @@ def path_in(workdir: str, relative: str) -> str:
                 "directories: remove the link, or use another --workdir; nothing was changed"
             )
         last = n == len(parts) - 1
-        if not (stat.S_ISDIR(info.st_mode) or (last and stat.S_ISREG(info.st_mode))):
+        if not ((stat.S_ISDIR(info.st_mode) and not (last and file)) or (last and stat.S_ISREG(info.st_mode))):
             raise WorkdirError(f"{path} is not a {'regular file' if last else 'directory'}; nothing was changed")
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
             raise WorkdirError(
@@ -74,7 +75,7 @@ def make_dirs(workdir: str, relative: str = "") -> str:
 
 def write_bytes(workdir: str, relative: str, data: bytes) -> str:
     """Write ``data`` to ``workdir/relative`` atomically; its path."""
-    path = path_in(workdir, relative)
+    path = path_in(workdir, relative, file=True)
     make_dirs(workdir, os.path.dirname(relative))
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
     try:
@@ -120,7 +121,7 @@ def open_own(workdir: str, relative: str, flags: int) -> int:
     """A file descriptor of ``workdir/relative`` opened with ``flags`` (created when absent, never through a
     link or a FIFO's wait), refused unless it is a regular file with one hard link: for the lock and the
     metrics log, the files written in place."""
-    path = path_in(workdir, relative)
+    path = path_in(workdir, relative, file=True)
     make_dirs(workdir, os.path.dirname(relative))
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)

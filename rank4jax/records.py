@@ -21,7 +21,7 @@ DAMAGED_DIR = "damaged_checkpoints"  # where training moves a checkpoint it cann
 
 # the files and directories a run writes in its workdir (besides the TensorBoard event files)
 OWN_PATHS = (LOCK_FILE, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_DIR, DAMAGED_DIR)
-OWN_PATHS += ("eval", "plots", "profile")
+OWN_PATHS += ("eval", "plots", os.path.join("plots", "curves.png"), "profile")
 
 
 def check_own_paths(workdir: str, names=OWN_PATHS) -> None:

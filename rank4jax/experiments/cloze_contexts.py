@@ -17,8 +17,11 @@ right and the wrong endings.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from rank4jax import files
 from rank4jax.data.windows import cloze_windows
 from rank4jax.engine.data_setup import check_held_out, prepare_split
 from rank4jax.errors import ConfigError, DataError
@@ -90,6 +93,16 @@ def context_spread(
         "contrast": contrast_by_label(whole_pool, labels),
         "per_story": {"own_ce": ce, "lent_ce": other, "labels": labels, "pairs": pairs},
     }
+
+
+def write_spread(workdir: str, result: dict) -> dict:
+    """``eval/cloze_contexts_step<N>.npz`` (each story's figures) and ``.json`` (the rest) in the run's
+    workdir, through the one writer; the result without its per-story arrays."""
+    stem = os.path.join("eval", f"cloze_contexts_step{result['step']}")
+    files.check_paths(workdir, ("eval", stem + ".npz", stem + ".json"))  # both refused before either is written
+    files.save_npz(workdir, stem + ".npz", **result.pop("per_story"))
+    files.write_json(workdir, stem + ".json", result)
+    return result
 
 
 def check_settings(pool: int, ks: tuple[int, ...], draws: int) -> None:
