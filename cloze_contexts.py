@@ -8,16 +8,15 @@ Scores every story's endings after a pool of --pool other stories' contexts once
 story's scores, for further analysis) and prints the table.
 """
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    from absl import app, flags, logging
 
+    from rank4jax.cli import parse_flags, run_experiment
+    from rank4jax.errors import ConfigError
+    from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown, write_spread
 
-from absl import app, flags, logging
-
-from rank4jax.cli import parse_flags, run_experiment
-from rank4jax.errors import ConfigError
-from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown, write_spread
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of a training run.", required=True)
 _CLOZE = flags.DEFINE_string("cloze_data", None, "A Story Cloze CSV.", required=True)
@@ -43,7 +42,7 @@ def main(argv):
         )
         return write_spread(_WORKDIR.value, result)
 
-    print(spread_markdown(run_experiment("context spread", spread)))
+    run_experiment("context spread", lambda: print(spread_markdown(spread())))
 
 
 if __name__ == "__main__":

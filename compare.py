@@ -17,17 +17,17 @@ the paper's Table 5 (LS(T), Δ, parameters, wall time) with curves like its Figu
 Rerunning resumes the runs. Writes compare.md, compare.json and plots/compare_curves.png.
 """
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    from absl import app, flags, logging
+    from ml_collections import config_flags
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.experiments.compare import compare
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
-from rank4jax.experiments.compare import compare
 
-with config_flag_errors():
+with config_flag_errors(rank4_config="configs/storycloze.py", baseline_config="configs/baseline_storycloze.py"):
     _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/storycloze.py", "Rank-4 run config.")
     _BASELINE = config_flags.DEFINE_config_file(
         "baseline_config", "configs/baseline_storycloze.py", "Baseline run config."
@@ -55,19 +55,14 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
-    result = run_experiment(
-        "comparison",
-        lambda: compare(
-            config_value(_RANK4),
-            config_value(_BASELINE),
-            _WORKDIR.value,
-            _SPLIT.value,
-            _CLOZE.value or None,
-            _CONTEXTS.value,
-            config_value(_WIDE) if _WIDE.value is not None else None,
-        ),
-    )
-    print(result["table"])
+
+    def go():
+        wide = config_value(_WIDE) if _WIDE.value is not None else None
+        result = compare(config_value(_RANK4), config_value(_BASELINE), _WORKDIR.value, _SPLIT.value,
+                         _CLOZE.value or None, _CONTEXTS.value, wide)  # fmt: skip
+        print(result["table"])
+
+    run_experiment("comparison", go)
 
 
 if __name__ == "__main__":

@@ -7,18 +7,16 @@ python eval.py --workdir=runs/default --split=test [--step=best|latest|N] [--dat
 the three scoring rules (mean CE, PMI, ending only). ``--rollout_steps=0`` skips the rollout.
 """
 
+import json
 import sys
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    from absl import app, flags, logging
 
-import json  # noqa: E402
-
-from absl import app, flags, logging  # noqa: E402
-
-from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals  # noqa: E402
-from rank4jax.errors import say  # noqa: E402
+    from rank4jax.cli import parse_flags, run_command
+    from rank4jax.errors import say
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
 _SPLIT = flags.DEFINE_enum(
@@ -39,28 +37,32 @@ _CONTEXTS = flags.DEFINE_integer(
 
 
 def main(argv):
-    # JAX and the evaluator import here, after the flags parsed (--help and a bad flag answer at once),
-    # still under the Ctrl-C handler above
-    from rank4jax.evaluation.report import evaluate_run
-    from rank4jax.training.metrics import plot_curves
-
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)  # orbax warns on every read-only open
-    with stop_on_signals("evaluation"):  # Ctrl-C: one line and status 130, never swallowed
-        report = run_reporting_user_errors(
-            evaluate_run,
-            _WORKDIR.value,
-            _SPLIT.value,
-            _STEP.value,
-            _DATA.value,
-            _EXAMPLES.value,
-            _ROLLOUT.value,
-            _CONTEXTS.value,
-            _DTYPE.value,
-        )
-    exit_on_signals("after the evaluation had finished")  # from here on the report is written (or its error said)
+    done = []  # the report, once written: what a Ctrl-C leaves
+    run_command(lambda: _evaluate(done), stopped=lambda: "; its report is written" if done else " during the "
+                "evaluation; no report was written")  # fmt: skip
+
+
+def _evaluate(done: list) -> None:
+    # JAX and the evaluator import here, after the flags parsed (--help and a bad flag answer at once)
+    with importing():
+        from rank4jax.evaluation.report import evaluate_run
+        from rank4jax.training.metrics import plot_curves
+
+    report = evaluate_run(
+        _WORKDIR.value,
+        _SPLIT.value,
+        _STEP.value,
+        _DATA.value,
+        _EXAMPLES.value,
+        _ROLLOUT.value,
+        _CONTEXTS.value,
+        _DTYPE.value,
+    )
+    done.append(report)
     headline = {
         k: report[k]
         for k in (
@@ -92,10 +94,7 @@ def main(argv):
         say(f"error: {report['write_error']}; the figures above were not saved")
         sys.exit(1)
     print(f"wrote {report['path']}")
-    try:
-        plot_curves(_WORKDIR.value)
-    except OSError as e:
-        say(f"rank4jax: warning: cannot write the curves plot: {e.strerror or e}")
+    plot_curves(_WORKDIR.value)
 
 
 if __name__ == "__main__":

@@ -22,20 +22,20 @@ teacher-forced causal LM on every token, parameter-matched: the reference); the 
 parameter count, at the flat grid's rate) and axial (within each slice, then across the slices).
 """
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    import math
 
-import math
+    from absl import app, flags, logging
+    from ml_collections import config_flags
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.errors import ConfigError
+    from rank4jax.experiments import ladder as lad
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
-from rank4jax.errors import ConfigError
-from rank4jax.experiments import ladder as lad
 
-with config_flag_errors():
+with config_flag_errors(config="configs/rocstories.py"):
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/rocstories.py", "The base rank-4 run config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/ladder", "Directory holding every run of the ladder.")
 _FAMILIES = flags.DEFINE_list("families", list(lad.FAMILIES), f"Families, of {', '.join(lad.FAMILIES)}.")
@@ -101,9 +101,12 @@ def main(argv):
         plan, given = _plan(), _given()
         return lad.ladder(base, _WORKDIR.value, plan, given=given, only=_ONLY.value, evaluate=evaluate)
 
-    result = run_experiment("ladder", go)
-    if result is not None:
-        print(result["table"])
+    def go_and_print():
+        result = go()
+        if result is not None:
+            print(result["table"])
+
+    run_experiment("ladder", go_and_print)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ argmax of S(T), every token at once; the baseline decodes S(T) free-running; the
 token by token.
 """
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    from absl import app, flags, logging
 
-from absl import app, flags, logging
-
-from rank4jax.cli import parse_flags, run_reporting_user_errors, stop_on_signals, terminal_safe
+    from rank4jax.cli import parse_flags, run_command, terminal_safe
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
 _STEP = flags.DEFINE_string("step", "best", "Checkpoint: 'best', 'latest' or a step.")
@@ -28,8 +27,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the sampling.")
 
 
 def _predict(sentences):
-    from rank4jax.prediction import predict_next
-    from rank4jax.runs import load_run
+    with importing():
+        from rank4jax.prediction import predict_next
+        from rank4jax.runs import load_run
 
     run = load_run(_WORKDIR.value, _STEP.value if not _STEP.value.isdigit() else int(_STEP.value))
     return run, predict_next(run, sentences, _ROLLOUT.value, _TEMPERATURE.value, _TOP_K.value, _SEED.value)
@@ -38,8 +38,7 @@ def _predict(sentences):
 def main(argv):
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
-    with stop_on_signals("prediction"):
-        run, prediction = run_reporting_user_errors(_predict, argv[1:])
+    run, prediction = run_command(lambda: _predict(argv[1:]), " during the prediction")
     t = run.model_cfg.n_slices
     print(f"{_WORKDIR.value}: {run.family.name} model, step {run.step}; it reads the last {t} sentences")
     if prediction.dropped:

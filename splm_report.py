@@ -11,17 +11,17 @@ The base config (configs/splm.py) sizes the SPLM-Gaussian; the MLP's hidden widt
 model's depth are matched to its parameter count. Rerunning resumes. Writes splm_report.json.
 """
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    from absl import app, flags, logging
+    from ml_collections import config_flags
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.experiments.splm_report import run_report
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
-from rank4jax.experiments.splm_report import run_report
 
-with config_flag_errors():
+with config_flag_errors(config="configs/splm.py"):
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/splm.py", "Base SPLM run config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/splm_report", "Directory holding one run per model.")
 _LABEL = flags.DEFINE_string("label", "", "Corpus label for the table (default: the data source).")
@@ -34,7 +34,7 @@ def main(argv):
         logging.set_verbosity(logging.ERROR)
     config = config_value(_CONFIG)
     label = _LABEL.value or (config.data.source if config.data.source == "builtin" else config.data.path.split("/")[-1])
-    print(run_experiment("SPLM report", lambda: run_report(config, _WORKDIR.value, label))["table"])
+    run_experiment("SPLM report", lambda: print(run_report(config, _WORKDIR.value, label)["table"]))
 
 
 if __name__ == "__main__":

@@ -6,27 +6,18 @@ python train.py --config=configs/rocstories.py --print_config   # every config k
 Each run writes its resolved config to <workdir>/config.json.
 """
 
-import signal
+import os
+import sys
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-OUTSIDE_THE_LOOP = "outside the training loop; no checkpoint was being written"
-# Ctrl-C while importing and reading flags; train() installs its own (unwind while starting, or save then stop)
-exit_on_signals(OUTSIDE_THE_LOOP)
+with importing():
+    from absl import app, flags, logging
+    from ml_collections import config_flags
 
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_command
 
-from rank4jax.cli import (  # noqa: E402
-    config_flag_errors,
-    config_value,
-    exit_after_signal,
-    parse_flags,
-    run_reporting_user_errors,
-)
-from rank4jax.errors import SIGNAL_STATUS, SignalInterrupt, say  # noqa: E402
-
-with config_flag_errors():
+with config_flag_errors(config="configs/default.py"):
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Directory for checkpoints, metrics and plots.")
 _DISTRIBUTED = flags.DEFINE_bool(
@@ -42,16 +33,17 @@ _PRINT_CONFIG = flags.DEFINE_bool(
 
 def main(argv):
     # JAX and the trainer import here, after the flags parsed: --help and a bad flag or config file answer at once
-    from rank4jax.engine.run_config import validate
-    from rank4jax.training.loop import train
+    with importing():
+        from rank4jax.engine.run_config import validate
+        from rank4jax.training.loop import train
 
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if _PRINT_CONFIG.value:
-        config = run_reporting_user_errors(lambda: config_value(_CONFIG))
-        run_reporting_user_errors(validate, config)  # a bad value: one error line, as training says it
+        config = run_command(lambda: config_value(_CONFIG))
+        run_command(lambda: validate(config))  # a bad value: one error line, as training says it
         print(config.to_json(indent=2))
         return
     if _DISTRIBUTED.value:
@@ -60,14 +52,18 @@ def main(argv):
         jax.distributed.initialize(
             coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value
         )
-    try:
-        summary = run_reporting_user_errors(lambda: train(config_value(_CONFIG), _WORKDIR.value))
-    except SignalInterrupt as e:  # while the run started: it has unwound (lock released), nothing was saved
-        name = signal.Signals(e.signum).name
-        say(f"stopped: {name} {OUTSIDE_THE_LOOP}")
-        exit_after_signal(SIGNAL_STATUS[name])
-    if summary["interrupted"]:  # its checkpoint is saved
-        exit_after_signal(SIGNAL_STATUS[summary["interrupted"]])
+    summary = run_command(lambda: train(config_value(_CONFIG), _WORKDIR.value), stopped=_saved)
+    if summary["interrupted"]:  # SIGTERM: its checkpoint is saved
+        sys.exit(143)
+
+
+def _saved() -> str:
+    """What a Ctrl-C leaves: the latest checkpoint of the workdir (a save in flight has finished)."""
+    checkpoints = os.path.join(_WORKDIR.value, "checkpoints")
+    steps = sorted(int(n) for n in (os.listdir(checkpoints) if os.path.isdir(checkpoints) else []) if n.isdigit())
+    if not steps:
+        return "; no checkpoint was saved"
+    return f"; checkpoint {steps[-1]} of {_WORKDIR.value} is saved: rerun the same command to resume from it"
 
 
 if __name__ == "__main__":

@@ -13,19 +13,19 @@ Rerunning resumes. Writes zpx_plan.md and zpx_plan.json in the workdir; with ``-
 per seed in ``<workdir>/seed<s>`` and the combined table (mean ± half-range) in zpx_seeds.md/.json.
 """
 
-from rank4jax.startup import exit_on_signals
+from rank4jax.startup import importing
 
-exit_on_signals("while starting; nothing was read or written")  # Ctrl-C while the libraries import
+with importing():
+    from absl import app, flags, logging
+    from ml_collections import config_flags
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.engine.run_config import model_section
+    from rank4jax.errors import ConfigError
+    from rank4jax.experiments.zpx_plan import run_plan, run_seeds
 
-from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
-from rank4jax.engine.run_config import model_section
-from rank4jax.errors import ConfigError
-from rank4jax.experiments.zpx_plan import run_plan, run_seeds
 
-with config_flag_errors():
+with config_flag_errors(rank4_config="configs/default.py", baseline_config="configs/default.py"):
     _RANK4 = config_flags.DEFINE_config_file("rank4_config", "configs/default.py", "Rank-4 run config.")
     _BASELINE = config_flags.DEFINE_config_file("baseline_config", "configs/default.py", "Baseline run config.")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/zpx_plan", "Directory holding one run per (family, variant).")
@@ -61,7 +61,7 @@ def main(argv):
             return run_seeds(bases, _WORKDIR.value, seeds, **kwargs)
         return run_plan(bases, _WORKDIR.value, **kwargs)
 
-    print(run_experiment("ZPX plan", run)["table"])
+    run_experiment("ZPX plan", lambda: print(run()["table"]))
 
 
 if __name__ == "__main__":

@@ -1,38 +1,45 @@
-"""Helpers shared by the command-line entry points."""
+"""What the command-line entry points share: one line and a status for every way a command ends early.
+
+- a user error (:class:`UserError`): ``error: <message>``, status 2, no traceback;
+- Ctrl-C (Python's ``KeyboardInterrupt``, raised wherever the command was): ``stopped: Ctrl-C <what is
+  saved>``, status 130;
+- a training stage stopped by SIGTERM (it saved its checkpoint first, ``StageInterrupted``): ``stopped:
+  <message>``, status 143;
+- a bad flag: absl's own message (its ``flags.Error``), status 2; a config file that cannot be one, or an
+  override of a key it lacks: the project's own check, before absl parses (no library text is parsed).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import difflib
+import importlib.util
 import os
-import re
-import signal
 import sys
-import traceback
 
-from rank4jax.errors import SIGNAL_STATUS, StageInterrupted, UserError, interrupt, say
-from rank4jax.startup import exit_on_signals
+from rank4jax.errors import StageInterrupted, UserError, say
 
 
-def run_reporting_user_errors(fn, *args, **kwargs):
-    """Run ``fn``; a :class:`UserError` becomes one line on stderr and exit status 2 (no traceback);
-    an interrupted stage of a multi-stage command one line and 130 (SIGINT) or 143 (SIGTERM)."""
+def run_command(fn, stopped: str = "; nothing was saved"):
+    """``fn()`` as a command's body, ending early as the module docstring says. ``stopped``: what a
+    Ctrl-C line says is saved (a callable for a text known only then, e.g. a run's latest checkpoint)."""
     try:
-        return fn(*args, **kwargs)
+        return fn()
     except UserError as e:
         say(f"error: {e}")
         sys.exit(2)
     except StageInterrupted as e:
         say(f"stopped: {e}")
-        exit_after_signal(e.status)
+        sys.exit(e.status)
+    except KeyboardInterrupt:
+        say(f"stopped: Ctrl-C{stopped() if callable(stopped) else stopped}")
+        sys.exit(130)
 
 
-def exit_after_signal(status: int) -> None:
-    """Exit with a signal's status (130/143) once what was in flight is safe: at once, not through the
-    interpreter's shutdown, where the libraries' threads (XLA, TensorStore) are joined under it and
-    Python has put the default handlers back, so a second signal would kill the process (-15)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+def run_experiment(what: str, fn):
+    """:func:`run_command` for an experiment (compare, ladder, zpx_plan, splm_report, cloze_contexts):
+    its finished runs are kept, and rerunning it resumes the rest."""
+    return run_command(fn, f" during the {what}; rerun the same command to resume (finished runs are kept)")
 
 
 def terminal_safe(text: str) -> str:
@@ -42,61 +49,15 @@ def terminal_safe(text: str) -> str:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag or an unknown
-    ``--config.<key>`` override becomes one line on stderr and exit status 2. A config file is the
-    user's own Python: an exception it raises shows its traceback (as ml_collections formats it into
-    the flag error, or as Python prints it)."""
+    """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: absl's own message of a bad flag
+    on one line (``error: ...``) and status 2 instead of its ``FATAL`` line."""
     from absl import flags
 
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        traced = "Traceback (most recent call last)" in str(e)  # a config file raised: its traceback as is
-        say(f"error: {e}" if traced else f"error: {e}\nPass --help for usage.")
-    except Exception as e:  # noqa: BLE001 -- an unknown override key: one line; a config file's own error: raised
-        _flag_exception(e, argv)
-    sys.exit(2)
-
-
-def _raised_in_config_file(error: BaseException, argv: list[str]) -> bool:
-    """Whether the exception comes from a config file's own code (a frame in it, or its syntax)."""
-    files = {os.path.abspath(path) for path in config_file_arguments(argv).values()}
-    if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) in files:
-        return True
-    return any(os.path.abspath(frame.filename) in files for frame in traceback.extract_tb(error.__traceback__))
-
-
-def _missing_get_config(error: BaseException, argv: list[str]) -> str | None:
-    """The config file named on the command line that defines no ``get_config``, behind ``error``
-    (ml_collections loads the file of flag ``--<name>`` as module ``<name>_config``)."""
-    match = re.search(r"module '(\w+)_config' has no attribute 'get_config'", str(error))
-    return config_file_arguments(argv).get(match.group(1)) if match else None
-
-
-def _flag_exception(error: BaseException, argv: list[str]) -> None:
-    if _raised_in_config_file(error, argv):
-        raise error  # the user's own code: its traceback
-    missing = _missing_get_config(error, argv)
-    if missing:
-        say(f"error: config file {missing} defines no get_config() (it must return an ml_collections.ConfigDict)")
-    elif isinstance(error, (AttributeError, KeyError)):
-        _unknown_config_key(error, argv)
-    else:
-        raise error
-
-
-def _unknown_config_key(error: Exception, argv: list[str]) -> None:
-    """One plain line for an override of a key the config lacks (ml_collections wraps a KeyError whose
-    text is the quoted key and, maybe, a line suggesting the closest one)."""
-    while isinstance(error, AttributeError | KeyError) and error.args and isinstance(error.args[0], BaseException):
-        error = error.args[0]
-    text = str(error.args[0]) if error.args else str(error)
-    first, _, hint = text.partition("\n")
-    key = first.strip("\"' ")
-    culprit = next((a for a in argv[1:] if a.startswith("--config.") and key in a), None)
-    where = f" in {culprit.split('=')[0]}" if culprit else ""
-    hint = f" ({hint.strip().rstrip('?')}?)" if hint.strip() else ""
-    say(f"error: unknown config key '{key}'{where}{hint}; train.py --print_config lists every key")
+        say(f"error: {terminal_safe(str(e))}\nPass --help for usage.")
+        sys.exit(2)
 
 
 CONFIG_FLAGS = ("config", "rank4_config", "baseline_config", "baseline_wide_config")  # the commands' config files
@@ -123,38 +84,57 @@ def config_file_refusal(flag: str, path: str) -> str | None:
     return None
 
 
+def config_refusal(flag: str, path: str, argv: list[str]) -> str | None:
+    """The project's own check of a config file named on the command line or overridden there: a file
+    that cannot be one (:func:`config_file_refusal`), one without ``get_config()``, or a
+    ``--<flag>.<key>=`` override of a key its config lacks (with the closest one); None when it is
+    fine. The file is run as ml_collections runs it; an exception of its own code keeps its traceback."""
+    overrides = [a.removeprefix(f"--{flag}.").partition("=")[0] for a in argv[1:] if a.startswith(f"--{flag}.")]
+    if not overrides and flag not in config_file_arguments(argv):
+        return None
+    if config_file_refusal(flag, path):
+        return config_file_refusal(flag, path)
+    spec = importlib.util.spec_from_file_location(f"{flag}_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # the user's own code: what it raises is theirs, with its traceback
+    if not callable(getattr(module, "get_config", None)):
+        return f"config file {path} defines no get_config() (it must return an ml_collections.ConfigDict)"
+    config = module.get_config()
+    for key in overrides:
+        node = config
+        for depth, part in enumerate(key.split(".")):
+            if not hasattr(node, "keys") or part not in node:
+                known = [".".join([*key.split(".")[:depth], k]) for k in node.keys()] if hasattr(node, "keys") else []
+                close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                return f"unknown config key '{key}' in --{flag}.{key}{hint}; train.py --print_config lists every key"
+            node = node[part]
+    return None
+
+
 @contextlib.contextmanager
-def config_flag_errors():
-    """Around ``config_flags.DEFINE_config_file``: a config file that cannot be one is refused first
-    (ml_collections loads it while defining the flag when ``--config.<key>`` overrides are given, and
-    would raise from deep inside), then AttributeError/KeyError for a key the config lacks."""
-    for flag, path in config_file_arguments(sys.argv).items():
-        refusal = config_file_refusal(flag, path)
+def config_flag_errors(**defaults):
+    """Around ``config_flags.DEFINE_config_file`` (ml_collections loads the file there when overrides are
+    given): a config file that cannot be one, or an override of a key it lacks, is refused first.
+    ``defaults``: flag → its default file (the file an override without the flag applies to)."""
+    for flag, path in ({f: p for f, p in defaults.items() if p} | config_file_arguments(sys.argv)).items():
+        refusal = config_refusal(flag, path, sys.argv)
         if refusal:
             say(f"error: {refusal}")
             sys.exit(2)
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001
-        _flag_exception(e, sys.argv)
-        sys.exit(2)
+    yield
 
 
 def config_value(holder):
-    """The ConfigDict of a ``DEFINE_config_file`` flag; a file that fails to load is a ConfigError."""
+    """The ConfigDict of a ``DEFINE_config_file`` flag, or one ConfigError saying what it is not."""
     import ml_collections
 
     from rank4jax.errors import ConfigError
 
-    config = holder.value
     try:
-        _ = config.model_family  # a config file that failed to load reports it on first access
-    except OSError as e:
-        detail = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        detail = detail.replace("Configuration is not available because of an earlier failure to load: ", "")
-        raise ConfigError(f"cannot load the config file: {detail}") from None
-    except AttributeError:
-        pass
+        config = holder.value
+    except OSError as e:  # a default config file not found from here (ml_collections loads it lazily)
+        raise ConfigError(f"cannot load the config file ({' '.join(str(e).split())}); name one with --config") from None
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(
             f"the config file's get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict"
@@ -162,43 +142,3 @@ def config_value(holder):
     if "model_family" not in config:
         raise ConfigError("the config file's ConfigDict has no model_family (start from configs/default.py)")
     return config
-
-
-@contextlib.contextmanager
-def stop_on_signals(what: str, after: str = "no report was written after it"):
-    """SIGINT/SIGTERM during a command that has nothing to save (evaluation), or whose training stages
-    save on their own (experiments): one line on stderr (``stopped: <SIGNAL> during <what>; <after>``)
-    and exit status 130/143, no traceback. The signal is recorded before it interrupts, so an interrupt
-    that a library catches and swallows (or that lands in a finalizer, where Python only prints it as
-    "Exception ignored") still stops the command when the block ends, saying that the block finished."""
-    received, finished = [], False
-
-    def handler(signum, frame):
-        received.append(signum)
-        interrupt(signum, frame, KeyboardInterrupt())
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-        finished = True
-    except KeyboardInterrupt as e:  # a run that was starting (SignalInterrupt: which signal), or a Ctrl-C
-        received.append(getattr(e, "signum", signal.SIGINT))  # that arrived before the handler
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    if received:
-        name = signal.Signals(received[0]).name
-        say(f"stopped: {name} after the {what} had finished; its output is written" if finished
-            else f"stopped: {name} during {what}; {after}")  # fmt: skip
-        exit_after_signal(SIGNAL_STATUS[name])  # nothing is left to save
-
-
-def run_experiment(what: str, fn):
-    """The body of an experiment command (compare, ladder, zpx_plan, splm_report, cloze_contexts): a
-    user error is one line (status 2); a training stage stopped by a signal saves, then one line
-    (its own, 130/143); a signal anywhere else (setting up, compiling, evaluating) one line with the
-    resume hint. Afterwards, a signal while the results print says that they are complete."""
-    with stop_on_signals(what, after="rerun the same command to resume (finished runs are kept)"):
-        result = run_reporting_user_errors(fn)
-    exit_on_signals(f"after the {what} had finished; its results are written")
-    return result

@@ -1,19 +1,23 @@
-"""The first statement of every command line: SIGINT/SIGTERM while the libraries import (seconds,
-before the command installs handlers of its own) become one ``stopped:`` line and the signal's exit
-status (130/143), never a ``KeyboardInterrupt`` traceback. Imports nothing but the standard library
-(``rank4jax/__init__.py`` loads the model on first use only), so it is in force from the start."""
+"""What every command line does around its imports: a Ctrl-C while they run is noted, and once they
+are done it is one line and status 130. (An extension module's import, jaxlib's, cannot be interrupted
+by a ``KeyboardInterrupt``: it crashes.) Standard library only."""
 
-import os
+import contextlib
 import signal
+import sys
+
+STARTING = "stopped: Ctrl-C while starting; nothing was read or written"
 
 
-def exit_on_signals(line: str) -> None:
-    """From now on SIGINT/SIGTERM write ``stopped: <SIGNAL> <line>`` and exit at once with 128 + the
-    signal (``os._exit``: the libraries' threads may be running; nothing is left to save)."""
-
-    def stop(signum, frame):
-        os.write(2, f"stopped: {signal.Signals(signum).name} {line}\n".encode())
-        os._exit(128 + signum)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, stop)
+@contextlib.contextmanager
+def importing():
+    """Around a command's imports and flag definitions (and the libraries its main imports first)."""
+    noted = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if noted:
+        sys.stderr.write(STARTING + "\n")
+        sys.exit(130)

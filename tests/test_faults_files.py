@@ -4,17 +4,30 @@ experiments keep their runs in folders of their own."""
 
 import json
 import os
+import re
 import shutil
+import signal
 import stat
+import time
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from rank4jax import files
-from rank4jax.errors import ConfigError, WorkdirError
+from rank4jax.errors import (
+    ConfigError,
+    DataError,
+    WorkdirBusyError,
+    WorkdirError,
+)
 from rank4jax.evaluation.report import evaluate_run
 from rank4jax.experiments.cloze_contexts import context_spread, write_spread
 from rank4jax.experiments.runner import check_experiment_workdir, stage_dir
+from rank4jax.training import workdir_lock
 from rank4jax.training.loop import train
+from tests import launcher
+from tests.fault_helpers import TINY_FLAGS, _holder_pid
 from tests.helpers import tiny_config
 
 CLOZE_HEADER = "InputSentence1,InputSentence2,InputSentence3,InputSentence4,RandomFifthSentenceQuiz1,"
@@ -140,3 +153,164 @@ def test_experiments_refuse_a_runs_workdir_and_linked_stage_folders(tiny_run, tm
     with pytest.raises(WorkdirError, match="d8 is a symbolic link"):
         stage_dir(str(work), "d8/rank4")
     assert stage_dir(str(work), "rank4") == str(work / "rank4") and not (work / "rank4").exists()
+
+
+def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    """Two real train.py processes on one workdir: the second is refused with one line naming the
+    first (pid, host, command), changes nothing and leaves the first running; after ``kill -9`` of
+    the first its lock is taken over with a note."""
+    workdir = str(tmp_path / "run")
+    first = launcher.start("train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=1000000")
+    try:
+        deadline = time.time() + 120
+        metrics = os.path.join(workdir, "metrics.jsonl")  # training: every file it writes exists
+        while _holder_pid(workdir) != first.pid or not os.path.isfile(metrics) or not os.path.getsize(metrics):
+            assert first.poll() is None, first.communicate()[1][-2000:]
+            assert time.time() < deadline, "the first run never started training"
+            time.sleep(0.2)
+        os.kill(first.pid, signal.SIGSTOP)  # paused, it still holds its lock, and leaves the CPU to the second
+        before = sorted(os.listdir(workdir))
+        second = launcher.start("train.py", f"--workdir={workdir}", *TINY_FLAGS, "--config.num_steps=4")
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2 and "Traceback" not in err, err
+        line = err.strip().splitlines()[-1]
+        assert line.startswith(f"error: {workdir} is in use by pid {first.pid} on ") and "train.py" in line, line
+        assert sorted(os.listdir(workdir)) == before  # the refused run wrote nothing (the holder is paused)
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.poll() is None  # the holder carries on
+    finally:
+        first.kill()
+        first.communicate()
+    assert _holder_pid(workdir) == first.pid  # kill -9 leaves the file, but not the lock
+    with workdir_lock.WorkdirLock(workdir):
+        assert _holder_pid(workdir) == os.getpid()
+        with pytest.raises(WorkdirBusyError, match=f"pid {os.getpid()}"):  # held: even this process's
+            with workdir_lock.WorkdirLock(workdir):  # second open file is refused
+                pass
+    assert os.path.getsize(os.path.join(workdir, workdir_lock.LOCK_FILE)) == 0  # released: no holder
+
+
+def test_stale_lock_takeover_says_so(tmp_path, capsys):
+    path = tmp_path / workdir_lock.LOCK_FILE
+    path.write_text(json.dumps({"pid": 999999, "host": "elsewhere", "command": "train.py", "started": 0}))
+    with workdir_lock.WorkdirLock(str(tmp_path)):
+        pass
+    assert "taking over the lock left by pid 999999 on elsewhere" in capsys.readouterr().err
+
+
+def test_unwritable_workdir_is_one_error_before_any_work(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(WorkdirError, match="cannot create the workdir"):
+        workdir_lock.make_workdir(str(blocker / "run"))
+    out = launcher.run("train.py", f"--workdir={blocker}/run", *TINY_FLAGS, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"error: cannot create the workdir {blocker}/run: Not a directory"
+
+
+def test_read_only_workdir_is_one_error_before_any_work(tmp_path, monkeypatch):
+    """A read-only filesystem (simulated: the tests may run as root, for whom chmod does not bite)."""
+    import errno
+
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if str(path).endswith(workdir_lock.LOCK_FILE) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(workdir_lock.os, "open", read_only)
+    with pytest.raises(WorkdirError, match=r"cannot write .*\.lock: Read-only file system; nothing"):
+        train(tiny_config(), str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()  # nothing read, nothing written, nothing left
+
+
+def test_a_refused_run_leaves_the_workdir_as_it_found_it(tmp_path):
+    """A run refused during setup (here: a vocabulary of special tokens only) removes the lock file,
+    the empty checkpoints/ and the workdir it created; a workdir that existed keeps what it held."""
+
+    refused = tiny_config(**{"tokenizer.min_count": 10**6})
+    new = tmp_path / "new" / "run"
+    with pytest.raises(DataError):
+        train(refused, str(new))
+    assert sorted(os.listdir(tmp_path)) == []  # the workdir and the parent it made
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "notes.txt").write_text("mine")
+    with pytest.raises(DataError):
+        train(refused, str(old))
+    assert sorted(os.listdir(old)) == ["notes.txt"]
+
+
+def test_a_symlinked_checkpoint_directory_is_refused_and_its_target_untouched(tiny_run_copy, tmp_path):
+    """A crafted workdir whose checkpoints/ links to another run's: the resumed run wrote into that
+    run and its keep policy deleted that run's checkpoints. Now one WorkdirError, nothing written."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run_copy / "checkpoints", other)
+    shutil.rmtree(tiny_run_copy / "checkpoints")
+    os.symlink(other, tiny_run_copy / "checkpoints")
+    before = sorted(os.listdir(other))
+    config = tiny_config(num_steps=10)
+    with pytest.raises(WorkdirError, match=f"checkpoints is a symbolic link \\(to {re.escape(str(other))}\\)"):
+        train(config, str(tiny_run_copy))
+    assert sorted(os.listdir(other)) == before
+
+
+def test_nothing_a_run_writes_follows_a_link_out_of_its_workdir(tiny_run_copy, tmp_path):
+    """A link planted in a workdir, where the run would write, is refused before anything is written
+    (the link's target untouched); temporary files are made new beside their target, so a link named
+    like one is never written through."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    workdir = tiny_run_copy
+    for name in (".lock", "config.json", "metrics.jsonl", "train_summary.json", "plots", "checkpoints/4"):
+        path = workdir / name
+        moved = tmp_path / "moved"
+        shutil.move(path, moved)
+        path.symlink_to(victim)
+        with pytest.raises(WorkdirError, match=f"{re.escape(str(path))} is a symbolic link .*nothing was changed"):
+            train(tiny_config(num_steps=8), str(workdir))
+        assert victim.read_text() == "precious", name
+        path.unlink()
+        shutil.move(moved, path)
+    (workdir / "eval").symlink_to(tmp_path)
+    with pytest.raises(WorkdirError, match="eval is a symbolic link"):
+        evaluate_run(str(workdir), split="validation", num_examples=0, rollout_steps=0)
+    (workdir / "eval").unlink()
+    for name in ("config.json.tmp", "metrics.jsonl.tmp", "train_summary.json.tmp"):
+        (workdir / name).symlink_to(victim)
+    assert train(tiny_config(num_steps=8), str(workdir))["step"] == 8
+    assert victim.read_text() == "precious" and not (workdir / "metrics.jsonl").is_symlink()
+
+
+def test_eval_prints_its_figures_when_it_cannot_write_them(tiny_run_copy):
+    (tiny_run_copy / "eval").write_text("a file where the reports directory would go")
+    out = launcher.run("eval.py", f"--workdir={tiny_run_copy}", "--split=validation", "--rollout_steps=0", timeout=300)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    printed = json.loads(out.stdout[: out.stdout.index("}") + 1])  # the figures are printed: the evaluation's
+    again = evaluate_run(str(tiny_run_copy), "validation", num_examples=0, rollout_steps=0)
+    assert again["write_error"] and printed["window_ce"] == pytest.approx(again["window_ce"], rel=1e-6)
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: {tiny_run_copy}/eval is not a directory")
+    assert out.stderr.strip().endswith("the figures above were not saved")
+
+
+def test_a_profile_that_cannot_be_written_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """A trace whose writing fails (a full disk) was one warning, but its partial files stayed and took
+    the space the next checkpoint needed; they are removed now, and training goes on."""
+    from rank4jax.training.profiling import Profiler
+
+    def failing_stop():
+        partial = tmp_path / "profile" / "plugins" / "profile" / "2026_12_05_00_00_00"
+        partial.mkdir(parents=True)
+        (partial / "host.xplane.pb").write_bytes(b"x" * 100)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda *args, **kwargs: None)
+    monkeypatch.setattr(jax.profiler, "stop_trace", failing_stop)
+    profiler = Profiler(str(tmp_path), "2:3", say=lambda line: None)
+    for step in (1, 2, 3):
+        with profiler.step(step):
+            pass
+        profiler.step_done(step, jnp.zeros(()))
+    assert os.listdir(tmp_path / "profile" / "plugins" / "profile") == []
+    assert "the profile of steps 2-3 was not written" in capsys.readouterr().err

@@ -7,7 +7,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "rank4jax"
 # top to bottom; a package may import only those below it (the leaves: importable from anywhere)
 ORDER = ["experiments", "training", "evaluation", "runs", "prediction", "engine", "checkpoint", "nn", "models", "data"]
-LEAVES = {"cli", "startup", "errors", "tokens", "records"}
+LEAVES = {"cli", "startup", "errors", "tokens", "records", "files"}
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -21,7 +21,7 @@ def package_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
+                names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "rank4jax" else [node.module]
             for name in names:
                 target = name.split(".")
                 if target[0] == "rank4jax" and len(target) > 1 and target[1] != here:

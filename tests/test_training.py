@@ -66,10 +66,10 @@ def test_interrupted_run_resumes_to_identical_parameters(tmp_path):
 
     def interrupt_at_5(step, state):
         if step == 5:
-            signal.raise_signal(signal.SIGINT)  # the real handler: save at once, then stop
+            signal.raise_signal(signal.SIGTERM)  # the real handler: save at once, then stop
 
     part = train(config, str(tmp_path / "split"), hooks=[interrupt_at_5])
-    assert part["interrupted"] == "SIGINT" and part["step"] == 5
+    assert part["interrupted"] == "SIGTERM" and part["step"] == 5
     with RunCheckpoints(str(tmp_path / "split")) as ckpt:
         assert ckpt.all_steps() == [4, 5] and ckpt.latest_step() == 5
         assert ckpt.best_step() == 4 and part["best_step"] == 4  # 5 saved without a validation: never the best
@@ -345,9 +345,9 @@ def test_early_stopping_stops_at_the_right_validation_and_a_resumed_run_stops_th
 
     def interrupt(step, state):
         if step == stop_step - 1:
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGTERM)
 
-    assert train(config, str(tmp_path / "resumed"), hooks=[interrupt])["interrupted"] == "SIGINT"
+    assert train(config, str(tmp_path / "resumed"), hooks=[interrupt])["interrupted"] == "SIGTERM"
     resumed = train(config, str(tmp_path / "resumed"))
     assert (resumed["step"], resumed["best_step"], resumed["early_stopped"]) == (stop_step, best_step, True)
     _params_close(

@@ -3,8 +3,8 @@
 table beside them.
 
 Each run is an ordinary resumable run in ``workdir/<name>``; a rerun after training only restores
-and evaluates. A stage interrupted by SIGINT/SIGTERM (its checkpoint saved) stops the command
-(:class:`rank4jax.errors.StageInterrupted`: exit status 130/143); rerunning resumes that stage.
+and evaluates. A stage stopped by SIGTERM (its checkpoint saved) stops the command
+(:class:`rank4jax.errors.StageInterrupted`: exit status 143); rerunning resumes that stage.
 The commands differ only in which configs they build and how they tabulate.
 """
 
@@ -102,8 +102,7 @@ def train_stage(name: str, config: ml_collections.ConfigDict, run_dir: str) -> d
     if summary["interrupted"]:
         raise StageInterrupted(
             f"stage {name!r} ({run_dir}) interrupted by {summary['interrupted']} at step {summary['step']}; "
-            "its checkpoint is saved: rerun the same command to resume from there",
-            summary["interrupted"],
+            "its checkpoint is saved: rerun the same command to resume from there"
         )
     return summary
 

@@ -3,8 +3,6 @@ metrics, validate (and judge early stopping), checkpoint, and say whether to sto
 
 from __future__ import annotations
 
-import signal
-
 import jax
 import numpy as np
 
@@ -17,15 +15,14 @@ class PeriodicActions:
     def __init__(self, run, out, early, stop):
         self.run, self.out, self.early, self.stop = run, out, early, stop
         self.last_val = None  # the latest validation's metrics
-        self.interrupted = None  # the signal's name when one stopped the run
+        self.interrupted = None  # "SIGTERM" when one stopped the run
         self.selection = SELECTIONS[run.config.selection]  # the validation metric that selects
 
     def __call__(self, step: int, state, batches) -> bool:
         """The actions after ``step``; True when the run stops here."""
         config, ckpt = self.run.config, self.run.ckpt
-        if ckpt.reached_preemption(step):  # every process of a multi-process run, same step
-            self.stop.signal = self.stop.signal or signal.SIGTERM
-        signalled = self.stop.signal is not None
+        # SIGTERM here, or a preemption every process of a multi-process run agreed on at this step
+        signalled = self.stop.received or ckpt.reached_preemption(step)
         is_last = step == config.num_steps
         # a signal skips a validation to save at once, but not the last one: the run is ending anyway,
         # and its final checkpoint must carry its loss to be selectable
@@ -37,12 +34,12 @@ class PeriodicActions:
         # a signal (before this step's validation, or during it) saves now: a step saved without a logged
         # validation is never the best one, and a resumed run validates at its next boundary; with early
         # stopping every validated step is checkpointed (its state resumes from them)
-        signalled = self.stop.signal is not None
+        signalled = signalled or self.stop.received
         if signalled or step % config.checkpoint_every == 0 or is_last or (self.early.patience and validate_now):
             self.run.lock.check(step)  # still this run's workdir: nothing is written otherwise
             ckpt.save(step, state, batches, self.run.saved_config, self.run.tokenizer)
         if signalled:
-            self.interrupted = self.stop.name
+            self.interrupted = "SIGTERM"
         return signalled or self.early.stopped
 
     def validate_the_end(self, step: int, state) -> None:

@@ -1,10 +1,12 @@
 """The trainer: set the run up, then a loop of periodic actions, then finish.
 
-Rerunning the same command resumes from the latest checkpoint (train state, grain iterator state);
-SIGINT/SIGTERM save a checkpoint and stop (in a multi-process run, SIGTERM to any process is a
-preemption notice: every process saves at the same step, JAX's preemption sync point). A run
-interrupted at step k and resumed ends with the same parameters as an uninterrupted one. NaN/inf in
-the loss or gradient norm stops the run before anything is saved for the bad steps.
+Rerunning the same command resumes from the latest checkpoint (train state, grain iterator state).
+SIGTERM saves a checkpoint at the next step and stops (in a multi-process run, SIGTERM to any process
+is a preemption notice: every process saves at the same step, JAX's preemption sync point); Ctrl-C is
+Python's ``KeyboardInterrupt``: the run unwinds (a save in flight finishes) and the latest checkpoint
+is where a rerun resumes. A run interrupted at step k and resumed ends with the same parameters as an
+uninterrupted one. NaN/inf in the loss or gradient norm stops the run before anything is saved for
+the bad steps.
 
 The train step is compiled ahead of time on the first batch, before the loop; its memory analysis
 is printed and kept in the run summary, and a compilation beyond the shapes the batch layout can
@@ -15,7 +17,6 @@ in the step's layout (full, trimmed or compact).
 from __future__ import annotations
 
 import contextlib
-import signal
 import time
 
 import jax
@@ -30,7 +31,7 @@ from rank4jax.training.early_stopping import EarlyStopping
 from rank4jax.training.output import Output, write_summary
 from rank4jax.training.profiling import Profiler
 from rank4jax.training.setup import Run, prepare_run, restore_or_init
-from rank4jax.training.signals import StopRequest
+from rank4jax.training.signals import SigtermRequest
 
 
 def train(config, workdir: str, *, hooks=()) -> dict:
@@ -41,10 +42,11 @@ def train(config, workdir: str, *, hooks=()) -> dict:
     validate(config)
     started = time.time()
     with contextlib.ExitStack() as stack:
-        # SIGINT/SIGTERM: while starting, unwind (nothing saved); in the loop, save then stop; after, noted
-        stop = stack.enter_context(StopRequest(enabled=jax.process_count() == 1))
+        # SIGTERM: the loop saves at its next step, then stops (Ctrl-C: KeyboardInterrupt unwinds the run)
+        stop = stack.enter_context(SigtermRequest(enabled=jax.process_count() == 1))
         run = prepare_run(config, workdir, stack)
         batches = iter(_train_dataset(run))
+        stack.callback(batches.close)  # its prefetch thread ends with the run, however the run ends
         state = restore_or_init(run, batches)
         start = int(jax.device_get(state.step))
         patience = config.early_stop_patience
@@ -58,24 +60,19 @@ def train(config, workdir: str, *, hooks=()) -> dict:
             run.ckpt.agree_to_save(min(end, (start // config.checkpoint_every + 1) * config.checkpoint_every), state)
         first = _compile_on_first_batch(run, state, batches, out) if start < end else None
         out.start_clock()  # the logged training time leaves the compilation out
-        stop.training()
         actions = PeriodicActions(run, out, early, stop)
         actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
         state = _loop(run, state, first, batches, actions, hooks, out, profiler, (start, end))
-        run.ckpt.wait_until_finished()  # a signal while this runs stops the command once it is done
-        stop.finishing(stopped=actions.interrupted is not None)
+        run.ckpt.wait_until_finished()
         if jax.process_count() > 1:  # every process holds the same replicated parameters
             digest = sharding.check_replicas_agree(state.params)
             print(f"rank4jax: process {jax.process_index()} of {jax.process_count()}: parameters {digest}")
         final_step = int(jax.device_get(state.step))
         summary = write_summary(run, actions, start, final_step, time.time() - started)
-    if actions.interrupted and run.is_main:
-        print(
-            f"rank4jax: {actions.interrupted} at step {final_step}: checkpoint saved; rerun the same command to resume"
-        )
-    if stop.late is not None:  # a signal while the run finished: it is complete, and the command stops here
-        name = signal.Signals(stop.late).name
-        raise StageInterrupted(f"{name} after training had ended; {workdir} is complete at step {final_step}", name)
+    if actions.interrupted and run.is_main:  # its checkpoint is saved; the summary says so
+        print(f"rank4jax: SIGTERM at step {final_step}: checkpoint saved; rerun the same command to resume")
+    if stop.received and not actions.interrupted:  # SIGTERM while it finished: complete; the command stops here
+        raise StageInterrupted(f"SIGTERM after training had ended; {workdir} is complete at step {final_step}")
     return summary
 
 

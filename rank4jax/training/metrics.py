@@ -189,14 +189,14 @@ def main(argv=None) -> None:
     """``python -m rank4jax.training.metrics WORKDIR``: redraw WORKDIR/plots/curves.png."""
     import sys
 
-    from rank4jax.cli import run_reporting_user_errors
+    from rank4jax.cli import run_command
     from rank4jax.errors import say
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         say("usage: python -m rank4jax.training.metrics WORKDIR")
         sys.exit(2)
-    path = run_reporting_user_errors(plot_curves, args[0])
+    path = run_command(lambda: plot_curves(args[0]))
     if path is None:
         say(f"error: no metrics in {os.path.join(args[0], METRICS_FILE)}")
         sys.exit(2)
