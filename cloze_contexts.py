@@ -13,7 +13,7 @@ from rank4jax.startup import importing
 with importing():
     from absl import app, flags, logging
 
-    from rank4jax.cli import parse_flags, run_experiment
+    from rank4jax.cli import no_arguments, parse_flags, run_experiment
     from rank4jax.errors import ConfigError
     from rank4jax.experiments.cloze_contexts import context_spread, spread_markdown, write_spread
 
@@ -27,8 +27,7 @@ _DRAWS = flags.DEFINE_integer("draws", 200, "Draws of K lenders per K.")
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    no_arguments(argv)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
 

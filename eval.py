@@ -15,7 +15,7 @@ from rank4jax.startup import importing
 with importing():
     from absl import app, flags, logging
 
-    from rank4jax.cli import parse_flags, run_command
+    from rank4jax.cli import no_arguments, parse_flags, run_command, terminal_safe
     from rank4jax.errors import say
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/default", "Workdir of a training run.")
@@ -37,8 +37,7 @@ _CONTEXTS = flags.DEFINE_integer(
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    no_arguments(argv)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)  # orbax warns on every read-only open
     done = []  # the report, once written: what a Ctrl-C leaves
@@ -85,7 +84,7 @@ def _evaluate(done: list) -> None:
     if report.get("examples"):
         print(f"examples (predicted: {report['prediction']}):")
     for ex in report.get("examples", []):  # every example asked for (--examples), as written to the report
-        print(f"  gold:      {ex['gold']}\n  predicted: {ex['predicted']}")
+        print(f"  gold:      {terminal_safe(ex['gold'])}\n  predicted: {terminal_safe(ex['predicted'])}")
     if "rollout_mean_ce" in report:
         scored = [round(v, 4) for v in report["rollout_mean_ce"] if v is not None]  # steps with a gold sentence
         rest = len(report["rollout_mean_ce"]) - len(scored)
@@ -93,7 +92,7 @@ def _evaluate(done: list) -> None:
     if report.get("write_error"):  # the figures above are all there is: say so, status 1
         say(f"error: {report['write_error']}; the figures above were not saved")
         sys.exit(1)
-    print(f"wrote {report['path']}")
+    print(f"wrote {terminal_safe(report['path'])}")
     plot_curves(_WORKDIR.value)
 
 

@@ -30,7 +30,7 @@ with importing():
     from absl import app, flags, logging
     from ml_collections import config_flags
 
-    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.cli import config_flag_errors, config_value, no_arguments, parse_flags, run_experiment
     from rank4jax.errors import ConfigError
     from rank4jax.experiments import ladder as lad
 
@@ -79,6 +79,8 @@ def _given() -> dict:
     given = {}
     for pair in _GIVEN.value:
         name, _, rate = pair.partition("=")
+        if name in given:
+            raise ConfigError(f"--learning_rates: {name} is given twice")
         if name not in lad.FAMILIES:
             raise ConfigError(f"--learning_rates: unknown family {name!r} in {pair!r}")
         given[name] = _numbers("learning_rates", [rate], float)[0]
@@ -88,8 +90,7 @@ def _given() -> dict:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    no_arguments(argv)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
 

@@ -17,7 +17,7 @@ with importing():
     from absl import app, flags, logging
     from ml_collections import config_flags
 
-    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.cli import config_flag_errors, config_value, no_arguments, parse_flags, run_experiment
     from rank4jax.experiments.splm_report import run_report
 
 
@@ -28,8 +28,7 @@ _LABEL = flags.DEFINE_string("label", "", "Corpus label for the table (default: 
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    no_arguments(argv)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
     config = config_value(_CONFIG)

@@ -15,7 +15,7 @@ with importing():
     from absl import app, flags, logging
     from ml_collections import config_flags
 
-    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_command
+    from rank4jax.cli import config_flag_errors, config_value, no_arguments, parse_flags, run_command
 
 with config_flag_errors(config="configs/default.py"):
     _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", "Run config file (configs/*.py).")
@@ -37,8 +37,7 @@ def main(argv):
         from rank4jax.engine.run_config import validate
         from rank4jax.training.loop import train
 
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    no_arguments(argv)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if _PRINT_CONFIG.value:

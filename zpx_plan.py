@@ -19,7 +19,7 @@ with importing():
     from absl import app, flags, logging
     from ml_collections import config_flags
 
-    from rank4jax.cli import config_flag_errors, config_value, parse_flags, run_experiment
+    from rank4jax.cli import config_flag_errors, config_value, no_arguments, parse_flags, run_experiment
     from rank4jax.engine.run_config import model_section
     from rank4jax.errors import ConfigError
     from rank4jax.experiments.zpx_plan import run_plan, run_seeds
@@ -36,8 +36,7 @@ _SEEDS = flags.DEFINE_list("seeds", [], "Run the plan once per seed (sets both c
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    no_arguments(argv)
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
 

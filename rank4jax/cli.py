@@ -17,7 +17,7 @@ import importlib.util
 import os
 import sys
 
-from rank4jax.errors import StageInterrupted, UserError, say
+from rank4jax.errors import StageInterrupted, UserError, say, terminal_safe  # noqa: F401 -- the commands' own
 
 
 def run_command(fn, stopped: str = "; nothing was saved"):
@@ -36,16 +36,19 @@ def run_command(fn, stopped: str = "; nothing was saved"):
         sys.exit(130)
 
 
+def no_arguments(argv: list[str]) -> None:
+    """A command that takes flags only: anything else on its command line is one line and status 2 (a
+    list flag written with spaces, ``--widths=8, 16``, leaves ``16`` behind)."""
+    if len(argv) > 1:
+        say(f"error: unexpected arguments {argv[1:]}: flags take their values after '=', a list's without spaces "
+            "(--widths=64,128)")  # fmt: skip
+        sys.exit(2)
+
+
 def run_experiment(what: str, fn):
     """:func:`run_command` for an experiment (compare, ladder, zpx_plan, splm_report, cloze_contexts):
     its finished runs are kept, and rerunning it resumes the rest."""
     return run_command(fn, f" during the {what}; rerun the same command to resume (finished runs are kept)")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with its control characters (a vocabulary's terminal escape sequences, say) shown as
-    escapes instead of reaching the terminal raw."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

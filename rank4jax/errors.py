@@ -49,8 +49,15 @@ class RecompilationError(RuntimeError):
 
 
 def say(line: str) -> None:
-    """Write one message line to stderr in a single call and flush it. ``print`` writes the text and
-    its newline separately, so a signal handled between the two (Ctrl-C during a warning) glued the
-    next message onto the unfinished line."""
-    sys.stderr.write(f"{line}\n")
+    """Write one message line to stderr in a single call and flush it (``print`` writes the text and
+    its newline separately: a signal between the two glued the next message onto the line). Control
+    characters (a crafted path's or file's terminal escape sequences) are shown as escapes; the line
+    breaks a message is made of are kept."""
+    safe = "\n".join(terminal_safe(part) for part in line.split("\n"))
+    sys.stderr.write(f"{safe}\n")
     sys.stderr.flush()
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters shown as escapes instead of reaching the terminal raw."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

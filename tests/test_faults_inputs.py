@@ -1,12 +1,14 @@
 """Faults of input: data files that are not stories, degenerate data, sizes that cannot fit, settings
 and files of the wrong shape, changed data; each a clear line (an ``error:`` or a warning)."""
 
+import dataclasses
 import json
 import os
 import re
 import sys
 import time
 
+import jax
 import pytest
 
 from rank4jax.checkpoint import storage
@@ -329,3 +331,54 @@ def test_refusals_before_any_work(tiny_run_copy, tmp_path, monkeypatch, capsys):
 
     check_same_data(run, "w")
     assert "records no fingerprint of its data: evaluating on stories.csv as it is now" in capsys.readouterr().err
+
+
+def test_round_six_refusals_of_the_python_api(tiny_run, capsys):
+    """Each a one-line ValueError or ConfigError (were ZeroDivisionError, AttributeError, KeyError or a
+    model of another shape); a workdir given to from_run is loaded."""
+    import flax.nnx as nnx
+    import jax.numpy as jnp
+
+    import rank4jax
+    import rank4jax.nn as r4nn
+
+    cfg = rank4jax.Rank4Config(vocab_size=11, n_tokens=3, n_slices=2, dx=2, dt=3, n_heads=2, n_layers=1)
+    block = r4nn.Rank4Block(2, 3, 2, rngs=nnx.Rngs(0))
+    params = rank4jax.init_params(jax.random.key(0), cfg)
+    cases = (
+        (lambda: block(jnp.zeros((0, 4, 2, 3))), r"x holds no windows \(B = 0"),
+        (lambda: block(jnp.ones((1, 4, 2, 3)), rngs=nnx.Rngs(params=3)), "the rngs given have no dropout stream"),
+        (lambda: r4nn.Rank4Model.from_params(params, dataclasses.replace(cfg, n_heads=1)),
+         r"the parameters' \['layers'\]\[0\]\['attn'\]\['wk'\] is \(2, 6, 6\); the config makes it \(1, 6, 6\)"),
+        (lambda: r4nn.OuterProductEmbed(3, 2, 2, rngs=nnx.Rngs(0))(jnp.ones((1, 4, 3), jnp.int32)), "must be floating"),
+        (lambda: r4nn.FactorisedReadout(2, 3, 5, rngs=None), r"pass rngs=nnx.Rngs\(seed\)"),
+    )  # fmt: skip
+    for call, message in cases:
+        with pytest.raises((ValueError, ConfigError), match=message):
+            call()
+    assert isinstance(r4nn.from_run(str(tiny_run)), r4nn.Rank4Model)
+
+
+def test_round_six_messages(tiny_run, tiny_run_copy, tmp_path, capsys):
+    """``--data=,`` is refused before evaluating; a window whose attention cannot fit is refused by
+    name; a message's terminal escapes are shown, not sent; a rerun past num_steps says so; a FIFO as
+    the lock is one line; words left by a list flag with spaces are one line."""
+    from rank4jax.engine.sharding import check_window_fits
+    from rank4jax.errors import say
+
+    with pytest.raises(ConfigError, match="--data names no file: ','"):
+        evaluate_run(str(tiny_run), split="all", data_path=",")
+    with pytest.raises(ConfigError, match=r"one window's attention weights of a head need .* GiB"):
+        check_window_fits(10**6, 4, 147)
+    say("error: data file not found: /x\x1b]0;PWNED\x07.csv")
+    assert capsys.readouterr().err == "error: data file not found: /x\\x1b]0;PWNED\\x07.csv\n"
+    assert train(tiny_config(num_steps=4), str(tiny_run_copy))["step"] == 6
+    assert "is at step 6, num_steps=4: nothing to train" in capsys.readouterr().out
+    os.remove(tiny_run_copy / ".lock")
+    os.mkfifo(tiny_run_copy / ".lock")
+    with pytest.raises(WorkdirError, match=r"\.lock is not a regular file; nothing was changed"):
+        train(tiny_config(), str(tiny_run_copy))
+    out = launcher.run("ladder.py", f"--workdir={tmp_path}", "--widths=8,", "16", timeout=120)
+    assert (out.returncode, out.stderr.strip().splitlines()) == (2, [
+        "error: unexpected arguments ['16']: flags take their values after '=', a list's without spaces "
+        "(--widths=64,128)"])  # fmt: skip

@@ -178,6 +178,9 @@ def test_the_grid_families_configs_and_their_rates():
     assert lad.pick_rates(losses, plan, {"rank4": 3e-3}) == {"rank4": 3e-3, "flat": 1e-3, "flat_matched": 1e-3}
     alone = lad.LadderPlan(families=("flat_matched",), rates=(1e-3,))  # without the flat grid: its own sweep
     assert list(lad.sweep_configs(base, alone, vocab, {})) == ["sweep/flat_matched_lr0.001"]
+    tiny = lad.LadderPlan(families=("flat", "flat_matched"), widths=(8,))  # the matched fiber is the flat grid's
+    with pytest.raises(ConfigError, match="at D = 8 the matched flat grid is the flat grid itself"):
+        lad.rung_configs(tiny_config(), tiny, 147, {"flat": 1e-3, "flat_matched": 1e-3})
 
 
 def test_the_grid_families_are_tested_against_both_references():

@@ -142,11 +142,18 @@ def check_state_fits(abstract_state, shardings, n_params: int) -> None:
 def check_window_fits(n_tokens: int, n_slices: int, vocab_size: int) -> None:
     """Refuse a window whose logits alone (N × T positions × V tokens in float32) exceed a device's
     memory: no batch size helps, so the error names ``model.n_tokens``."""
+    positions = n_tokens * n_slices
     refuse_beyond_device_memory(
-        n_tokens * n_slices * vocab_size * 4,
+        positions * vocab_size * 4,
         f"model.n_tokens={n_tokens:,}: one window's logits",
         "lower model.n_tokens",
-        detail=f" ({n_tokens * n_slices:,} positions × {vocab_size:,} tokens, float32)",
+        detail=f" ({positions:,} positions × {vocab_size:,} tokens, float32)",
+    )
+    refuse_beyond_device_memory(
+        positions * positions * 4,
+        f"model.n_tokens={n_tokens:,}: one window's attention weights of a head",
+        "lower model.n_tokens",
+        detail=f" ({positions:,} × {positions:,} positions, float32)",
     )
 
 

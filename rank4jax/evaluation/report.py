@@ -76,6 +76,8 @@ def evaluate_run(
     check_count("cloze_contexts", cloze_contexts)
     if compute_dtype is not None:
         check_compute_dtype(compute_dtype)
+    if data_path is not None and not any(p.strip() for p in data_path.split(",")):
+        raise ConfigError(f"--data names no file: {data_path!r} (one path, or several separated by commas)")
     files.check_paths(workdir, ("eval", "plots"))  # the report's directories: never a link out of the workdir
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)

@@ -231,6 +231,12 @@ def rung_configs(base, plan: LadderPlan, vocab_size: int, rates: dict) -> dict:
             config.optim.learning_rate = rates[name]
             config.num_steps, config.early_stop_patience = plan.max_steps, plan.patience
             configs[rung_name(name, width)] = config
+        flat, matched = configs.get(rung_name("flat", width)), configs.get(rung_name("flat_matched", width))
+        if flat is not None and matched is not None and flat.model == matched.model:
+            raise ConfigError(
+                f"at D = {width} the matched flat grid is the flat grid itself ({flat.model.dx} × {flat.model.dt}: its "
+                "fiber is the one nearest the rank-4 model's parameter count): leave flat_matched out of this ladder"
+            )
     return configs
 
 
@@ -647,7 +653,7 @@ def _test_rows(result: dict, suffix: str, gap: str | None = None) -> list[str]:
             lead = tests.get(gap.format(family=family)) if gap else None
             if all(v is None for v in p) and lead is None:
                 continue
-            cells = ([f"{lead:+.4f}"] if gap else []) + [f"{float('nan') if v is None else v:.3g}" for v in p]
+            cells = ([f"{lead:+.4f}"] if gap else []) + ["—" if v is None else f"{v:.3g}" for v in p]
             rows.append(f"| {width} | {family} | " + " | ".join(cells) + " |")
     return rows
 

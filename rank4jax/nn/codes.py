@@ -15,7 +15,7 @@ from flax import nnx
 from rank4jax.models.common import fan_in_uniform
 from rank4jax.models.rank4.codes import apply_embedding, apply_readout, grid_position_tables, init_readout
 from rank4jax.models.rank4.config import Rank4Config
-from rank4jax.nn.common import cast, check_stream, compute_dtype, initial, param
+from rank4jax.nn.common import cast, check_stream, compute_dtype, initial, param, params_key
 from rank4jax.nn.layers import check_sizes
 
 
@@ -97,7 +97,7 @@ class OuterProductEmbed(nnx.Module):
         rngs: nnx.Rngs,
     ):
         check_sizes("OuterProductEmbed", in_features=in_features, dx=dx, dt=dt)
-        k_sem, k_tmp = jax.random.split(rngs.params())
+        k_sem, k_tmp = jax.random.split(params_key(rngs))
         self.in_features, self.fiber, self.dtype = in_features, (dx, dt), dtype
         owner = "OuterProductEmbed"
         self.sem = param(kernel_init(k_sem, (in_features, dx), param_dtype), "features", "sem", owner)  # Wsem (F, dx)
@@ -113,6 +113,8 @@ class OuterProductEmbed(nnx.Module):
                 f"OuterProductEmbed: x must be (B, *grid, F) = (B, ..., {self.in_features}) with at least one "
                 f"grid axis, got shape {shape}"
             )
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"OuterProductEmbed: x must be floating features, got {x.dtype}")
         weights = [v.get_value() for v in (self.sem, self.tmp, self.sem_bias, self.tmp_bias) if v is not None]
         dtype = compute_dtype(self.dtype, x, *weights)
         x = x.astype(dtype)
@@ -156,7 +158,7 @@ class FactorisedReadout(nnx.Module):
 
     def __init__(self, dx: int, dt: int, out_features: int, *, dtype=None, param_dtype=jnp.float32, rngs: nnx.Rngs):
         check_sizes("FactorisedReadout", dx=dx, dt=dt, out_features=out_features)
-        k_sem, k_tmp = jax.random.split(rngs.params())
+        k_sem, k_tmp = jax.random.split(params_key(rngs))
         self.fiber, self.dtype = (dx, dt), dtype
         sem = jax.random.normal(k_sem, (out_features, dx), param_dtype)
         self.sem = param(sem, "outputs", "sem", "FactorisedReadout")  # A (O, dx)

@@ -60,9 +60,14 @@ def initial(params, rngs, init):
     """The given parameters, else ``init(key)`` with a key from ``rngs.params()``."""
     if params is not None:
         return params
-    if rngs is None:
+    return init(params_key(rngs))
+
+
+def params_key(rngs) -> jax.Array:
+    """The next key of ``rngs``'s params stream, or one ValueError saying what to pass."""
+    if not isinstance(rngs, nnx.Rngs):
         raise ValueError("pass rngs=nnx.Rngs(seed) to initialise the module, or build it with from_params")
-    return init(rngs.params())
+    return rngs.params()
 
 
 def dropout_stream(rngs) -> nnx.RngStream | None:
@@ -87,6 +92,8 @@ def dropout_keys(batch: int, rngs, stream: nnx.RngStream | None, owner: str) -> 
             "rngs=nnx.Rngs(params=0, dropout=1), pass rngs= at the call, or call .eval()"
         )
     if isinstance(source, nnx.Rngs):
+        if "dropout" not in source and "default" not in source:
+            raise ValueError(f"{owner}: the rngs given have no dropout stream: pass nnx.Rngs(dropout=1) (or a key)")
         source = source["dropout"] if "dropout" in source else source["default"]
     key = source() if isinstance(source, nnx.RngStream) else jnp.asarray(source)
     if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
@@ -128,6 +135,8 @@ def check_stream(x, fiber: tuple[int, int], owner: str, name: str = "x") -> None
         )
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"{owner}: {name} must be floating, got {x.dtype}")
+    if shape[0] == 0:
+        raise ValueError(f"{owner}: {name} holds no windows (B = 0, shape {shape})")
 
 
 def check_extra(extra, x_shape: tuple, owner: str):

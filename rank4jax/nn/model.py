@@ -5,6 +5,8 @@ Axes: B batch, T input slices, N tokens per state, dx/dt fibers, D = dx·dt, V v
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -50,8 +52,7 @@ class Rank4Model(nnx.Module):
                 "rank4jax.nn holds the paper's model (token_code='outer', attention_grid='joint'), not "
                 f"{cfg.token_code!r} and {cfg.attention_grid!r}"
             )
-        if len(params["layers"]) != cfg.n_layers:
-            raise ConfigError(f"the parameters have {len(params['layers'])} layers; the config says {cfg.n_layers}")
+        _check_fits(params, jax.eval_shape(lambda: init_params(jax.random.key(0), cfg)))
         self.cfg, self.deterministic, self.dtype = cfg, deterministic, dtype
         self.rngs = nnx.data(dropout_stream(rngs))
         self.embed = Rank4Embedding.from_params(params["embed"], cfg, dtype=dtype)
@@ -99,9 +100,26 @@ class Rank4Model(nnx.Module):
         return attention_maps(self.to_params(), inputs, self.cfg)
 
 
+def _check_fits(params: dict, want: dict) -> None:
+    """The parameters' arrays against the config's (``init_params``'s shapes): the first that differs."""
+    got = {jax.tree_util.keystr(p): getattr(a, "shape", None) for p, a in jax.tree_util.tree_leaves_with_path(params)}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(want):
+        name = jax.tree_util.keystr(path)
+        if got.get(name, "absent") != leaf.shape:
+            raise ConfigError(
+                f"Rank4Model: the parameters' {name} is {got.get(name, 'absent')}; the config makes it {leaf.shape}"
+            )
+    if len(got) != len(jax.tree.leaves(want)):
+        raise ConfigError(f"Rank4Model: the parameters hold arrays the config does not make: {sorted(got)[:3]}...")
+
+
 def from_run(run) -> Rank4Model:
-    """A trained rank-4 run (``rank4jax.load_run(workdir)``) as a :class:`Rank4Model` in eval mode (to
-    study it; ``.train()`` and a ``rngs=`` at the call to train it on)."""
+    """A trained rank-4 run (``rank4jax.load_run(workdir)``, or the workdir itself) as a
+    :class:`Rank4Model` in eval mode (to study it; ``.train()`` and a ``rngs=`` at the call to train it on)."""
+    if isinstance(run, str | os.PathLike):
+        from rank4jax.runs import load_run
+
+        run = load_run(os.fspath(run))
     if not isinstance(run.model_cfg, Rank4Config):
         raise ConfigError(f"rank4jax.nn.from_run takes a rank-4 run; this run's family is {run.family.name}")
     params = jax.tree.map(jnp.asarray, run.params)

@@ -79,6 +79,8 @@ class Output:
             )
             mesh = run.programs.mesh
             self.say(f"rank4jax: mesh {dict(mesh.shape)} over {mesh.devices.size} of {jax.device_count()} devices")
+        elif start >= run.config.num_steps:
+            self.say(f"rank4jax: {run.workdir} is at step {start}, num_steps={run.config.num_steps}: nothing to train")
         else:
             self.say(f"rank4jax: resuming {run.workdir} from step {start}")
 
