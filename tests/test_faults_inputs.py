@@ -335,7 +335,7 @@ def test_refusals_before_any_work(tiny_run_copy, tmp_path, monkeypatch, capsys):
 
 def test_round_six_refusals_of_the_python_api(tiny_run, capsys):
     """Each a one-line ValueError or ConfigError (were ZeroDivisionError, AttributeError, KeyError or a
-    model of another shape); a workdir given to from_run is loaded."""
+    model of another shape), a workdir given to from_run included."""
     import flax.nnx as nnx
     import jax.numpy as jnp
 
@@ -356,7 +356,8 @@ def test_round_six_refusals_of_the_python_api(tiny_run, capsys):
     for call, message in cases:
         with pytest.raises((ValueError, ConfigError), match=message):
             call()
-    assert isinstance(r4nn.from_run(str(tiny_run)), r4nn.Rank4Model)
+    with pytest.raises(ConfigError, match=r"from_run takes a loaded run: from_run\(rank4jax.load_run\("):
+        r4nn.from_run(str(tiny_run))
 
 
 def test_round_six_messages(tiny_run, tiny_run_copy, tmp_path, capsys):

@@ -114,12 +114,10 @@ def _check_fits(params: dict, want: dict) -> None:
 
 
 def from_run(run) -> Rank4Model:
-    """A trained rank-4 run (``rank4jax.load_run(workdir)``, or the workdir itself) as a
-    :class:`Rank4Model` in eval mode (to study it; ``.train()`` and a ``rngs=`` at the call to train it on)."""
+    """A trained rank-4 run (``rank4jax.load_run(workdir)``) as a :class:`Rank4Model` in eval mode (to
+    study it; ``.train()`` and a ``rngs=`` at the call to train it on)."""
     if isinstance(run, str | os.PathLike):
-        from rank4jax.runs import load_run
-
-        run = load_run(os.fspath(run))
+        raise ConfigError(f"rank4jax.nn.from_run takes a loaded run: from_run(rank4jax.load_run({os.fspath(run)!r}))")
     if not isinstance(run.model_cfg, Rank4Config):
         raise ConfigError(f"rank4jax.nn.from_run takes a rank-4 run; this run's family is {run.family.name}")
     params = jax.tree.map(jnp.asarray, run.params)
