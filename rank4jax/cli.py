@@ -15,6 +15,7 @@ import contextlib
 import difflib
 import importlib.util
 import os
+import signal
 import sys
 
 from rank4jax.errors import StageInterrupted, UserError, say, terminal_safe  # noqa: F401 -- the commands' own
@@ -22,9 +23,22 @@ from rank4jax.errors import StageInterrupted, UserError, say, terminal_safe  # n
 
 def run_command(fn, stopped: str = "; nothing was saved"):
     """``fn()`` as a command's body, ending early as the module docstring says. ``stopped``: what a
-    Ctrl-C line says is saved (a callable for a text known only then, e.g. a run's latest checkpoint)."""
+    Ctrl-C line says is saved (a callable for a text known only then, e.g. a run's latest checkpoint).
+    Ctrl-C raises Python's KeyboardInterrupt and is noted: one that Python could only print (raised
+    inside a garbage-collection callback, JAX's) still stops the command once ``fn`` returns."""
+    noted = []
+
+    def interrupt(signum, frame):
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
     try:
-        return fn()
+        result = fn()
+        if noted:  # the KeyboardInterrupt was lost where it was raised: the work is done
+            say(f"stopped: Ctrl-C after the command had done its work{stopped() if callable(stopped) else stopped}")
+            sys.exit(130)
+        return result
     except UserError as e:
         say(f"error: {e}")
         sys.exit(2)
@@ -34,6 +48,8 @@ def run_command(fn, stopped: str = "; nothing was saved"):
     except KeyboardInterrupt:
         say(f"stopped: Ctrl-C{stopped() if callable(stopped) else stopped}")
         sys.exit(130)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def no_arguments(argv: list[str]) -> None:
