@@ -1,8 +1,8 @@
 """What the command-line entry points share: one line and a status for every way a command ends early.
 
 - a user error (:class:`UserError`): ``error: <message>``, status 2, no traceback;
-- Ctrl-C (Python's ``KeyboardInterrupt``, raised wherever the command was): ``stopped: Ctrl-C <what is
-  saved>``, status 130;
+- Ctrl-C (Python's ``KeyboardInterrupt``, raised at the next safe point: ``rank4jax.startup``):
+  ``stopped: Ctrl-C <what is saved>``, status 130;
 - a training stage stopped by SIGTERM (it saved its checkpoint first, ``StageInterrupted``): ``stopped:
   <message>``, status 143;
 - a bad flag: absl's own message (its ``flags.Error``), status 2; a config file that cannot be one, or an
@@ -15,29 +15,21 @@ import contextlib
 import difflib
 import importlib.util
 import os
-import signal
 import sys
 
+from rank4jax import startup
 from rank4jax.errors import StageInterrupted, UserError, say, terminal_safe  # noqa: F401 -- the commands' own
 
 
 def run_command(fn, stopped: str = "; nothing was saved"):
     """``fn()`` as a command's body, ending early as the module docstring says. ``stopped``: what a
     Ctrl-C line says is saved (a callable for a text known only then, e.g. a run's latest checkpoint).
-    Ctrl-C raises Python's KeyboardInterrupt and is noted: one that Python could only print (raised
-    inside a garbage-collection callback, JAX's) still stops the command once ``fn`` returns."""
-    noted = []
-
-    def interrupt(signum, frame):
-        noted.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, interrupt)
+    A Ctrl-C is noted and raised as KeyboardInterrupt where the library checks (``rank4jax.startup``):
+    a step, a batch, or the end of ``fn``."""
     try:
-        result = fn()
-        if noted:  # the KeyboardInterrupt was lost where it was raised: the work is done
-            say(f"stopped: Ctrl-C after the command had done its work{stopped() if callable(stopped) else stopped}")
-            sys.exit(130)
+        with startup.noted():
+            result = fn()
+            startup.check()  # noted after the last check: the work is done, the command still stops
         return result
     except UserError as e:
         say(f"error: {e}")
@@ -48,8 +40,6 @@ def run_command(fn, stopped: str = "; nothing was saved"):
     except KeyboardInterrupt:
         say(f"stopped: Ctrl-C{stopped() if callable(stopped) else stopped}")
         sys.exit(130)
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def no_arguments(argv: list[str]) -> None:
