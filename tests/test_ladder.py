@@ -10,6 +10,8 @@ from helpers import tiny_config
 from rank4jax.engine.data_setup import prepare_data
 from rank4jax.errors import ConfigError
 from rank4jax.experiments import ladder as lad
+from rank4jax.experiments import ladder_report as rep
+from rank4jax.experiments import ladder_stats as lstats
 from rank4jax.models.family import run_param_count
 from rank4jax.training.metrics import read_metrics, steady_ms_per_step
 
@@ -40,13 +42,13 @@ def test_linear_fit_refuses_what_has_no_slope():
     crossing at NaN); three equal Δs are a flat, perfect fit: no spread to report."""
     for x, y in (([1.0, 2.0, 3.0], [0.1, float("nan"), 0.2]), ([5.0, 5.0], [0.1, 0.2])):
         with pytest.raises(ValueError, match="linear_fit"):
-            lad.linear_fit(x, y)
-    flat = lad.linear_fit([1.0, 2.0, 3.0], [0.1, 0.1, 0.1])
+            lstats.linear_fit(x, y)
+    flat = lstats.linear_fit([1.0, 2.0, 3.0], [0.1, 0.1, 0.1])
     assert flat["b"] == 0.0 and flat["se_b"] is None and flat["p_no_trend"] is None
 
 
 def test_linear_fit_and_crossing_by_hand():
-    fit = lad.linear_fit([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])  # b = 1.5, a = 5/6, residuals ±1/6, -1/3
+    fit = lstats.linear_fit([0.0, 1.0, 2.0], [1.0, 2.0, 4.0])  # b = 1.5, a = 5/6, residuals ±1/6, -1/3
     assert fit["b"] == pytest.approx(1.5, abs=1e-15) and fit["a"] == pytest.approx(5 / 6, abs=1e-15)
     assert fit["se_b"] == pytest.approx(math.sqrt((1 / 36 + 1 / 9 + 1 / 36) / 1 / 2), abs=1e-15)
     # one degree of freedom: Student's t is Cauchy, quantile tan(π(q − ½)), two-sided p = 1 − 2·atan(t)/π
@@ -67,26 +69,26 @@ def test_linear_fit_and_crossing_by_hand():
             "params": 10 ** (width // 8 + 4),
             "ls": ls,
         }
-    assert set(lad.delta_trend(rows)) == {"baseline"}  # no Δ between a teacher-forced LS(T) and a free-running one
-    assert set(lad._rung_tests({"rank4": rows["d8/rank4"], "baseline_lm": rows["d8/baseline_lm"]})) == set()
-    trend = lad.delta_trend(rows)["baseline"]
+    assert set(lstats.delta_trend(rows)) == {"baseline"}  # no Δ between a teacher-forced LS(T) and a free-running one
+    assert set(lstats._rung_tests({"rank4": rows["d8/rank4"], "baseline_lm": rows["d8/baseline_lm"]})) == set()
+    trend = lstats.delta_trend(rows)["baseline"]
     assert trend["b"] == pytest.approx(0.1, abs=1e-12) and trend["crossing_params"] == pytest.approx(1e7, rel=1e-9)
     assert trend["crossing"] == "ahead" and trend["se_b"] is None  # two rungs: no uncertainty
-    assert "it would reach 0 at about 10,000,000 rank-4 parameters if the trend held" in lad.trend_sentence(
+    assert "it would reach 0 at about 10,000,000 rank-4 parameters if the trend held" in rep.trend_sentence(
         "baseline", trend
     )
     rows["d16/baseline"]["ls"] = 3.7  # Δ -0.2 → -0.3: away from zero (the fit's zero at 10^3)
-    trend = lad.delta_trend(rows)["baseline"]
+    trend = lstats.delta_trend(rows)["baseline"]
     assert trend["crossing"] == "behind" and trend["crossing_params"] == pytest.approx(1e3, rel=1e-9)
-    assert "the fit moves Δ away from zero as size grows" in lad.trend_sentence("baseline", trend)
+    assert "the fit moves Δ away from zero as size grows" in rep.trend_sentence("baseline", trend)
     rows["d16/baseline"]["ls"] = 4.2  # Δ -0.2 → +0.2: sign changes between the rungs, at 10^5.5
-    trend = lad.delta_trend(rows)["baseline"]
+    trend = lstats.delta_trend(rows)["baseline"]
     assert trend["crossing"] == "inside" and trend["crossing_params"] == pytest.approx(10**5.5, rel=1e-9)
-    assert "changes sign within the ladder, at about 316,228 rank-4 parameters" in lad.trend_sentence("baseline", trend)
+    assert "changes sign within the ladder, at about 316,228 rank-4 parameters" in rep.trend_sentence("baseline", trend)
     rows["d16/baseline"]["ls"] = 3.8  # Δ -0.2 at both rungs: a flat fit has no zero
-    trend = lad.delta_trend(rows)["baseline"]
+    trend = lstats.delta_trend(rows)["baseline"]
     assert trend["crossing"] is None and trend["crossing_params"] is None
-    assert lad.trend_sentence("baseline", trend) == (
+    assert rep.trend_sentence("baseline", trend) == (
         "Δ (baseline) against log10(rank-4 parameters): slope +0.0000 (from 2 rungs: no uncertainty) per decade; "
         "the fit is flat."
     )
@@ -103,7 +105,7 @@ def test_the_reported_trend_to_the_printed_digit():
     for width, (params, rank4, baseline) in reported.items():
         rows[f"d{width}/rank4"] = {"width": width, "family": "rank4", "params": params, "ls": rank4}
         rows[f"d{width}/baseline"] = {"width": width, "family": "baseline", "params": 478_688, "ls": baseline}
-    fit = lad.delta_trend(rows)["baseline"]
+    fit = lstats.delta_trend(rows)["baseline"]
     x = [math.log10(p) for p, _, _ in reported.values()]
     y = [b - r for _, r, b in reported.values()]
     mx, my = sum(x) / 3, sum(y) / 3
@@ -113,7 +115,7 @@ def test_the_reported_trend_to_the_printed_digit():
     se = math.sqrt(residual / 1 / sxx)
     assert fit["b"] == pytest.approx(slope, rel=1e-12) and fit["se_b"] == pytest.approx(se, rel=1e-12)
     assert fit["p_no_trend"] == pytest.approx(2 * stats.t.sf(abs(slope) / se, 1), rel=1e-12)
-    assert lad.trend_sentence("baseline", fit).startswith(
+    assert rep.trend_sentence("baseline", fit).startswith(
         "Δ (baseline) against log10(rank-4 parameters): slope -0.1319 ± 0.0526 (95 % interval -0.8006 to +0.5369; "
         "p = 0.24 for no trend) per decade; the fit changes sign within the ladder, at about 1,719,919"
     )
@@ -130,18 +132,18 @@ def test_the_report_marks_the_teacher_forced_ls_and_still_tests_its_cloze_outcom
         for family, ls in (("rank4", 5.0), ("baseline", 5.25), ("baseline_lm", 4.0))
     }  # fmt: skip
     by_family = {r["family"]: r for r in rows.values()}
-    rungs = {8: lad._rung_tests(by_family)}
+    rungs = {8: lstats._rung_tests(by_family)}
     assert rungs[8] == {
         "delta_baseline": 0.25,
         "cloze_accuracy_mcnemar_p_baseline": 1.0,  # one discordant story
         "cloze_accuracy_mcnemar_p_baseline_lm": 0.5,  # two, both the LM's: 2 · 0.5²
     }
-    table = lad.report_markdown({"split": "test", "rows": rows, "rungs": rungs, "trend": lad.delta_trend(rows)})
+    table = rep.report_markdown({"split": "test", "rows": rows, "rungs": rungs, "trend": lstats.delta_trend(rows)})
     assert "| 8 | baseline_lm | 100 | 0.001 | 4.0000 (tf) | — | 2 / 4 |" in table
     assert "| 8 | baseline | 100 | 0.001 | 5.2500 | +0.2500 | 2 / 4 | 10 | 12.5 | 0.500 |" in table
     assert "| 8 | baseline_lm | 0.5 | — | — |" in table.split("McNemar")[1]  # its tests are reported
-    assert lad.quiet_seconds_to_best(rows["d8/rank4"]) == 0.025  # 2 steps at 12.5 ms
-    fig = lad.plot_ladder({"rows": rows}, str(tmp_path))
+    assert rep.quiet_seconds_to_best(rows["d8/rank4"]) == 0.025  # 2 steps at 12.5 ms
+    fig = rep.plot_ladder({"rows": rows}, str(tmp_path))
     assert os.path.getsize(tmp_path / "plots" / "ladder.png") > 0
     params, time, gain, lm_params, lm_time = fig.axes  # the LM's LS(T) on its own axis in the first two panels
     drawn = {ax: {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines}
@@ -194,26 +196,26 @@ def test_the_grid_families_are_tested_against_both_references():
         for w in (8, 16)
         for family, ls in (("rank4", 5.0), ("baseline", 5.25), ("flat", 5.125))
     }  # fmt: skip
-    tests = lad._rung_tests({r["family"]: r for r in rows.values() if r["width"] == 8})
+    tests = lstats._rung_tests({r["family"]: r for r in rows.values() if r["width"] == 8})
     assert tests == {
         "delta_baseline": 0.25, "cloze_accuracy_mcnemar_p_baseline": 1.0,
         "delta_flat": 0.125, "cloze_accuracy_mcnemar_p_flat": 0.5,  # two discordant stories, both rank-4's
         "lead_flat": 0.125, "cloze_accuracy_mcnemar_p_flat_vs_baseline": 0.25,  # three, all the baseline's
     }  # fmt: skip
-    trend = lad.lead_trend(rows)["flat"]  # leads 0.125 at 2·10^4 and 0.225 at 2·10^5 flat parameters
+    trend = lstats.lead_trend(rows)["flat"]  # leads 0.125 at 2·10^4 and 0.225 at 2·10^5 flat parameters
     assert trend["log10_params"] == pytest.approx([math.log10(2e4), math.log10(2e5)], abs=1e-15)
     assert trend["b"] == pytest.approx(0.1, abs=1e-12) and trend["crossing"] == "behind"
-    assert lad.trend_sentence("flat", trend, lead=True) == (
+    assert rep.trend_sentence("flat", trend, lead=True) == (
         "The lead of flat over the baseline (the baseline's LS(T) − its own) against log10(flat parameters): "
         "slope +0.1000 (from 2 rungs: no uncertainty) per decade; the fit moves the lead away from zero as size grows."
     )
     # the matched grid against the flat grid at the same rung: its Δ and McNemar, in a table of its own
     rows["d8/flat_matched"] = {"width": 8, "family": "flat_matched", "params": 10**4, "ls": 5.0,
                                "cloze_correct": {"mean_ce": [1, 1, 1, 0]}}  # fmt: skip
-    tests = lad._rung_tests({r["family"]: r for r in rows.values() if r["width"] == 8})
+    tests = lstats._rung_tests({r["family"]: r for r in rows.values() if r["width"] == 8})
     assert tests["delta_flat_matched_vs_flat"] == -0.125  # 5.0 − 5.125
     assert tests["cloze_accuracy_mcnemar_p_flat_matched_vs_flat"] == 0.25  # three discordant, all the matched grid's
-    table = lad.report_markdown({"split": "test", "rows": {}, "rungs": {8: tests, 16: {}}, "trend": {}})
+    table = rep.report_markdown({"split": "test", "rows": {}, "rungs": {8: tests, 16: {}}, "trend": {}})
     header = "| D | family | Δ | mean CE | PMI | ending only |\n|---|---|---|---|---|---|\n"
     assert table.endswith(header + "| 8 | flat_matched | -0.1250 | 0.25 | — | — |")  # rung 16: neither grid
 
@@ -352,5 +354,5 @@ def test_the_training_data_is_refused_as_cloze_data_by_content_and_an_overlap_is
     rows = {"d8/rank4": {"width": 8, "family": "rank4", "params": 1, "learning_rate": 1e-3, "ls": 5.0,
                          "context_gain": None, "best_step": 2, "stopped_step": 4, "training_time_to_best_s": 1.0,
                          "ms_per_step": 1.0, "cloze_trained_on": 25}}  # fmt: skip
-    table = lad.report_markdown({"split": "test", "rows": rows, "rungs": {8: {}}, "trend": {}})
+    table = rep.report_markdown({"split": "test", "rows": rows, "rungs": {8: {}}, "trend": {}})
     assert "**Not held out**: up to 25 of the Story Cloze stories" in table
