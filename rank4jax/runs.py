@@ -156,3 +156,37 @@ def first_readable(ckpt, candidates, load, *, set_aside: bool = False):
         return step, result
     why = "; ".join(problems) or "none saved"
     raise CheckpointError(f"no readable checkpoint in {ckpt.workdir} ({why}); nothing was moved or deleted")
+
+
+RELEASED_FILES = ("config.json", "metrics.jsonl", "train_summary.json")  # the run's record, beside its parameters
+
+
+def release_run(workdir: str, out: str, step: str | int = "best") -> int:
+    """Write the released form of a trained run into ``out`` (a new folder): checkpoint ``step`` holding
+    its parameters (float32, orbax ``StandardSave``), saved config and tokenizer, and no optimiser state
+    or data position, beside the run's config.json, metrics.jsonl and train_summary.json. It loads and
+    evaluates as any workdir (``load_run``, eval.py, predict.py); training refuses to resume from it.
+    Returns the step released."""
+    import orbax.checkpoint as ocp
+
+    if os.path.exists(out):
+        raise CheckpointError(f"{out} exists: a release is written into a new folder")
+    with RunCheckpoints(workdir, read_only=True) as ckpt:
+        run, params = restore_run(ckpt, step)
+        config, _ = ckpt.load_meta(run.step)
+    params = jax.tree.map(lambda a: np.asarray(a, np.float32), params)
+    files.make_dirs(out, "checkpoints")
+    args = ocp.args.Composite(
+        params=ocp.args.StandardSave(params),
+        config=ocp.args.JsonSave(config),
+        tokenizer=ocp.args.JsonSave(run.tokenizer.to_dict()),
+    )
+    handlers = {"params": ocp.StandardCheckpointHandler(), "config": ocp.JsonCheckpointHandler(),
+                "tokenizer": ocp.JsonCheckpointHandler()}  # fmt: skip
+    with ocp.CheckpointManager(os.path.join(out, "checkpoints"), item_handlers=handlers) as manager:
+        manager.save(run.step, args=args)
+        manager.wait_until_finished()
+    for name in RELEASED_FILES:
+        with open(os.path.join(workdir, name), "rb") as f:
+            files.write_bytes(out, name, f.read())
+    return run.step

@@ -266,6 +266,11 @@ class RunCheckpoints:
         except Exception as e:  # noqa: BLE001
             raise CheckpointDamaged(self.workdir, step, e) from None
 
+    def released(self, step: int) -> bool:
+        """Whether checkpoint ``step`` is a released run's: its parameters, config and tokenizer alone."""
+        path = self.step_dir(step)
+        return not legacy.is_legacy(path) and not os.path.isdir(os.path.join(path, "opt_state"))
+
     def step_dir(self, step: int) -> str:
         return os.path.join(checkpoint_dir(self.workdir), str(step))
 

@@ -137,6 +137,12 @@ def _check_workdir(ckpt: RunCheckpoints, config, workdir: str, fingerprint: str 
     steps = ckpt.all_steps()
     if not steps:
         return None, None
+    if ckpt.released(steps[-1]):
+        raise CheckpointError(
+            f"{workdir} holds a released run's parameters only (no optimiser state, no data position): training "
+            "cannot resume from it; study it (eval.py, predict.py, rank4jax.load_run), or train anew in another "
+            "--workdir; nothing was changed"
+        )
 
     def check(step):
         saved, tokenizer = ckpt.load_meta(step)
