@@ -183,7 +183,7 @@ def release_run(workdir: str, out: str, step: str | int = "best") -> int:
     )
     handlers = {"params": ocp.StandardCheckpointHandler(), "config": ocp.JsonCheckpointHandler(),
                 "tokenizer": ocp.JsonCheckpointHandler()}  # fmt: skip
-    with ocp.CheckpointManager(os.path.join(out, "checkpoints"), item_handlers=handlers) as manager:
+    with ocp.CheckpointManager(os.path.abspath(os.path.join(out, "checkpoints")), item_handlers=handlers) as manager:
         manager.save(run.step, args=args)
         manager.wait_until_finished()
     for name in RELEASED_FILES:
