@@ -1,6 +1,5 @@
 """Every notebook executes as Jupyter runs it, the kernel started in notebooks/ (library code only,
-small sizes); inspect_checkpoint.ipynb on a tiny trained run, its workdir passed as RANK4JAX_WORKDIR
-relative to the repository root (the kernel inherits it and reads it from there)."""
+small sizes); trained_model.ipynb on the released D = 64 runs (released/d64/)."""
 
 import glob
 import os
@@ -29,35 +28,33 @@ CHECKS = {
         "assert bool(jnp.array_equal(restored(tokens[:8], visible), model(tokens[:8], visible)))",
         "assert g_wq.shape == (DX * DT, DX * DT) and np.abs(g_wq).max() > 0",
     ],
-    "inspect_checkpoint.ipynb": [
-        "assert step == {best_step} and family.name == 'rank4'",
-        "assert predicted.shape == (4, N)",
-        "np.testing.assert_allclose(gold_ce, np.asarray(score(params, windows)), rtol=1e-6)  # S(T)'s CE by hand",
-        "assert float(np.asarray(maps[0][0, :, x_q, t_q])[:, story[0, :-1].T == 0].sum()) == 0.0  # PAD keys",
-        "np.testing.assert_allclose(np.asarray(maps[0][0, :, x_q, t_q]).sum(axis=(-2, -1)), 1.0, rtol=1e-6)",
-        "np.testing.assert_allclose(mean_ce, np.asarray(score(params, pairs[0])), rtol=1e-6)  # each ending alone",
-        "f = jax.jit(log_p_prediction)  # the gradient along X against a central difference",
+    "trained_model.ipynb": [
+        "assert (rank4.family.name, baseline.family.name) == ('rank4', 'baseline')",
+        "assert all(len(p.states) == 1 and p.states[0].tokens for p in predictions.values())",
+        "np.testing.assert_allclose(np.asarray(maps[0][0, :, x_q, t_q]).sum(axis=(-2, -1)), 1.0, rtol=1e-5)",
+        "assert float(np.asarray(maps[0][0, :, x_q, t_q])[:, np.asarray(window[0]).T == 0].sum()) == 0.0  # PAD keys",
+        "f = jax.jit(ls_t)  # the gradient along X against a central difference",
         "fd, along = (float(f(x * 1.01)) - float(f(x * 0.99))) / 0.02, float(jnp.sum(g * x))",
-        "assert saliency.shape == (N, T) and abs(fd - along) <= 0.02 * max(1.0, abs(fd)), (fd, along)",
+        "assert saliency.shape == (cfg.n_tokens, cfg.n_slices) and abs(fd - along) <= 0.02 * max(1.0, abs(fd))",
+        "assert all(v.shape == (2,) and np.all(np.isfinite(v)) for v in ending_ce.values())",
     ],
 }
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(str(REPO / "notebooks" / "*.ipynb"))))
-def test_notebook_executes(path, tiny_run, monkeypatch):
-    from rank4jax.runs import load_run
-
-    monkeypatch.setenv("RANK4JAX_WORKDIR", os.path.relpath(tiny_run, REPO))
+def test_notebook_executes(path):
+    if path.endswith("trained_model.ipynb") and not (REPO / "released" / "d64" / "rank4").is_dir():
+        pytest.skip("released/d64/rank4 is not released yet (its run is training)")
     nb = nbformat.read(path, as_version=4)
-    checks = "\n".join(CHECKS[os.path.basename(path)]).format(best_step=load_run(str(tiny_run)).step)
+    checks = "\n".join(CHECKS[os.path.basename(path)])
     nb.cells.append(nbformat.v4.new_code_cell(checks))  # an assertion error fails the execution
     kernel_dir = {"metadata": {"path": str(REPO / "notebooks")}}  # where Jupyter starts the kernel
     NotebookClient(nb, timeout=300, kernel_name="python3", resources=kernel_dir).execute()
     images = sum(o.get("output_type") == "display_data" for c in nb.cells for o in c.get("outputs", []))
-    figures = {"flax_modules.ipynb": 3, "gradients.ipynb": 3, "inspect_checkpoint.ipynb": 2}
+    figures = {"flax_modules.ipynb": 3, "gradients.ipynb": 3, "trained_model.ipynb": 2}
     assert images == figures[os.path.basename(path)]  # every figure
 
 
 def test_every_notebook_is_found():
     names = sorted(p.rsplit("/", 1)[-1] for p in glob.glob(str(REPO / "notebooks" / "*.ipynb")))
-    assert names == ["flax_modules.ipynb", "gradients.ipynb", "inspect_checkpoint.ipynb"]
+    assert names == ["flax_modules.ipynb", "gradients.ipynb", "trained_model.ipynb"]
