@@ -102,8 +102,8 @@ def normalize(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 def on_rows(fn, x: jax.Array) -> jax.Array:
     """``fn`` of x (..., D) applied to it as one (rows, D) matrix, the result's leading axes restored.
 
-    The one XLA:CPU workaround of the models (docs/performance.md, appendix "Levers, measured"):
-    with the leading axes kept apart, XLA:CPU formed transposes for weight gradients and
+    The one XLA:CPU workaround of the models (``git show 2d3bf6c:docs/performance.md``, its appendix
+    "Levers, measured"): with the leading axes kept apart, XLA:CPU formed transposes for weight gradients and
     reduced (1, R, D) rows slowly. On one row axis the compact Story Cloze step went from 126.1 to
     111.8 ms (reductions 24.9 → 7.1 ms a step), the MLP's backward 1.16× faster, and the readout's
     (V, B·P) logit-gradient transpose disappeared. Shapes and values are unchanged on any backend."""
@@ -162,7 +162,7 @@ def keep_mask(keys: jax.Array, shape: tuple[int, ...], rate: float) -> jax.Array
     # 2**16 (within 1e-5 of 1 - rate; the scale matches it exactly). Drawn with jax's original threefry
     # layout: each 64-bit hash gives four elements, where the partitionable layout (the default) spends
     # one hash per element. A window's mask is one key's draw, so there is nothing to partition.
-    # Measured (docs/performance.md, appendix): the dropout bits' op time 9.0 → 2.4 ms a step.
+    # Measured (`git show 2d3bf6c:docs/performance.md`, appendix): the dropout bits' op time 9.0 → 2.4 ms a step.
     with jax.threefry_partitionable(False):
         bits = jax.vmap(lambda key: jax.random.bits(key, shape[1:], jnp.uint16))(keys)
     return bits < _keep_threshold(rate)
@@ -232,7 +232,7 @@ def explicit_sharding(x: jax.Array):
 def gelu(x: jax.Array) -> jax.Array:
     """Exact (erf) GELU, x·Φ(x), with its derivative Φ(x) + x·φ(x) written out: autodiff of
     ``jax.nn.gelu`` differentiates through erf's own expansion, more ops and more saved residuals.
-    Measured on XLA:CPU (docs/performance.md; the train step with this against jax's derivative,
+    Measured on XLA:CPU (`git show 2d3bf6c:docs/performance.md`; the train step with this against jax's derivative,
     compiled apart and timed interleaved, medians of 7 × 10 steps): 2.6 % faster at the small and
     medium bench sizes (small 98.7 against 101.4 ms, medium 274.8 against 282.0 on the peer's
     windows; level on small Story Cloze batches) and 8–11 % less compiled memory (small 116.5
