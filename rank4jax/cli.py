@@ -1,12 +1,11 @@
 """What the command-line entry points share: one line and a status for every way a command ends early.
 
 - a user error (:class:`UserError`): ``error: <message>``, status 2, no traceback;
-- Ctrl-C (Python's ``KeyboardInterrupt``, raised at the next safe point: ``rank4jax.startup``):
+- Ctrl-C (Python's ``KeyboardInterrupt``, raised at the next safe point, ``rank4jax.startup``):
   ``stopped: Ctrl-C <what is saved>``, status 130;
-- a training stage stopped by SIGTERM (it saved its checkpoint first, ``StageInterrupted``): ``stopped:
-  <message>``, status 143;
+- a training stage stopped by SIGTERM after saving (``StageInterrupted``): ``stopped: <message>``, 143;
 - a bad flag: absl's own message (its ``flags.Error``), status 2; a config file that cannot be one, or an
-  override of a key it lacks: the project's own check, before absl parses (no library text is parsed).
+  override of a key it lacks: the project's own check before absl parses (no library text is parsed).
 """
 
 from __future__ import annotations
@@ -14,18 +13,21 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib.util
+import logging
 import os
 import sys
 
 from rank4jax import startup
-from rank4jax.errors import StageInterrupted, UserError, say, terminal_safe  # noqa: F401 -- the commands' own
+from rank4jax.errors import StageInterrupted, StorageFaultsSaidOnce, UserError, say, terminal_safe
+
+CONFIG_FLAGS = ("config", "rank4_config", "baseline_config", "baseline_wide_config")  # the commands' config files
 
 
 def run_command(fn, stopped: str = "; nothing was saved"):
-    """``fn()`` as a command's body, ending early as the module docstring says. ``stopped``: what a
-    Ctrl-C line says is saved (a callable for a text known only then, e.g. a run's latest checkpoint).
-    A Ctrl-C is noted and raised as KeyboardInterrupt where the library checks (``rank4jax.startup``):
-    a step, a batch, or the end of ``fn``."""
+    """``fn()`` as a command's body, ending early as the module docstring says. ``stopped``: what a Ctrl-C
+    line says is saved (or a callable giving it then, e.g. a run's latest checkpoint)."""
+    for name in ("absl", "asyncio"):  # a disk filled during a save: the save's error says it once
+        logging.getLogger(name).addFilter(StorageFaultsSaidOnce())
     try:
         with startup.noted():
             result = fn()
@@ -42,24 +44,22 @@ def run_command(fn, stopped: str = "; nothing was saved"):
         sys.exit(130)
 
 
+def run_experiment(what: str, fn):
+    """:func:`run_command` for an experiment: its finished runs are kept, and a rerun resumes the rest."""
+    return run_command(fn, f" during the {what}; rerun the same command to resume (finished runs are kept)")
+
+
 def no_arguments(argv: list[str]) -> None:
-    """A command that takes flags only: anything else on its command line is one line and status 2 (a
-    list flag written with spaces, ``--widths=8, 16``, leaves ``16`` behind)."""
+    """A command takes flags only: a list flag written with spaces (``--widths=8, 16``) is one line, 2."""
     if len(argv) > 1:
         say(f"error: unexpected arguments {argv[1:]}: flags take their values after '=', a list's without spaces "
             "(--widths=64,128)")  # fmt: skip
         sys.exit(2)
 
 
-def run_experiment(what: str, fn):
-    """:func:`run_command` for an experiment (compare, ladder, zpx_plan, splm_report, cloze_contexts):
-    its finished runs are kept, and rerunning it resumes the rest."""
-    return run_command(fn, f" during the {what}; rerun the same command to resume (finished runs are kept)")
-
-
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flags parser for ``app.run(..., flags_parser=parse_flags)``: absl's own message of a bad flag
-    on one line (``error: ...``) and status 2 instead of its ``FATAL`` line."""
+    """absl's parser for ``app.run(..., flags_parser=parse_flags)``: a bad flag is absl's own message on one
+    line (``error: ...``), status 2, instead of its ``FATAL`` line."""
     from absl import flags
 
     try:
@@ -67,9 +67,6 @@ def parse_flags(argv: list[str]) -> list[str]:
     except flags.Error as e:
         say(f"error: {terminal_safe(str(e))}\nPass --help for usage.")
         sys.exit(2)
-
-
-CONFIG_FLAGS = ("config", "rank4_config", "baseline_config", "baseline_wide_config")  # the commands' config files
 
 
 def config_file_arguments(argv: list[str]) -> dict[str, str]:
@@ -94,10 +91,10 @@ def config_file_refusal(flag: str, path: str) -> str | None:
 
 
 def config_refusal(flag: str, path: str, argv: list[str]) -> str | None:
-    """The project's own check of a config file named on the command line or overridden there: a file
-    that cannot be one (:func:`config_file_refusal`), one without ``get_config()``, or a
-    ``--<flag>.<key>=`` override of a key its config lacks (with the closest one); None when it is
-    fine. The file is run as ml_collections runs it; an exception of its own code keeps its traceback."""
+    """The project's check of a config file named or overridden on the command line: one that cannot be
+    (:func:`config_file_refusal`), one without ``get_config()``, or a ``--<flag>.<key>=`` override of a
+    key it lacks (with the closest); None when fine. The file runs as ml_collections runs it: what its
+    own code raises keeps its traceback."""
     overrides = [a.removeprefix(f"--{flag}.").partition("=")[0] for a in argv[1:] if a.startswith(f"--{flag}.")]
     if not overrides and flag not in config_file_arguments(argv):
         return None
@@ -105,15 +102,15 @@ def config_refusal(flag: str, path: str, argv: list[str]) -> str | None:
         return config_file_refusal(flag, path)
     spec = importlib.util.spec_from_file_location(f"{flag}_check", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # the user's own code: what it raises is theirs, with its traceback
+    spec.loader.exec_module(module)
     if not callable(getattr(module, "get_config", None)):
         return f"config file {path} defines no get_config() (it must return an ml_collections.ConfigDict)"
     config = module.get_config()
     for key in overrides:
-        node = config
-        for depth, part in enumerate(key.split(".")):
+        node, parts = config, key.split(".")
+        for depth, part in enumerate(parts):
             if not hasattr(node, "keys") or part not in node:
-                known = [".".join([*key.split(".")[:depth], k]) for k in node.keys()] if hasattr(node, "keys") else []
+                known = [".".join([*parts[:depth], k]) for k in node.keys()] if hasattr(node, "keys") else []
                 close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
                 hint = f" (did you mean {close[0]}?)" if close else ""
                 return f"unknown config key '{key}' in --{flag}.{key}{hint}; train.py --print_config lists every key"
@@ -123,9 +120,8 @@ def config_refusal(flag: str, path: str, argv: list[str]) -> str | None:
 
 @contextlib.contextmanager
 def config_flag_errors(**defaults):
-    """Around ``config_flags.DEFINE_config_file`` (ml_collections loads the file there when overrides are
-    given): a config file that cannot be one, or an override of a key it lacks, is refused first.
-    ``defaults``: flag → its default file (the file an override without the flag applies to)."""
+    """Around ``config_flags.DEFINE_config_file`` (ml_collections loads the file there when overridden):
+    each config file (``defaults``: flag → its default file) is checked first, a refusal one line, 2."""
     for flag, path in ({f: p for f, p in defaults.items() if p} | config_file_arguments(sys.argv)).items():
         refusal = config_refusal(flag, path, sys.argv)
         if refusal:
@@ -145,9 +141,8 @@ def config_value(holder):
     except OSError as e:  # a default config file not found from here (ml_collections loads it lazily)
         raise ConfigError(f"cannot load the config file ({' '.join(str(e).split())}); name one with --config") from None
     if not isinstance(config, ml_collections.ConfigDict):
-        raise ConfigError(
-            f"the config file's get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict"
-        )
+        raise ConfigError(f"the config file's get_config() returned {type(config).__name__}, not an "
+                          "ml_collections.ConfigDict")  # fmt: skip
     if "model_family" not in config:
         raise ConfigError("the config file's ConfigDict has no model_family (start from configs/default.py)")
     return config

@@ -1,11 +1,11 @@
-"""User-facing errors.
+"""User-facing errors: every problem caused by user input (a file, a config value, a checkpoint) raises a
+:class:`UserError` whose one message names the file, row or field at fault; the entry points print it
+without a traceback. Anything else is a bug and keeps its traceback. Standard library only."""
 
-Every problem caused by user input (a file, a config value, a checkpoint) raises a subclass of
-:class:`UserError` with one message that names the file, row or field at fault. The command-line
-entry points print that message and exit non-zero without a stack trace; anything else is a bug
-and keeps its traceback.
-"""
-
+import errno
+import logging
+import os
+import re
 import sys
 
 
@@ -26,7 +26,7 @@ class CheckpointError(UserError):
 
 
 class WorkdirError(UserError):
-    """A workdir that cannot be written (read-only, no permission, not a directory)."""
+    """A workdir that cannot be written (read-only, no permission, not a directory, a link)."""
 
 
 class WorkdirBusyError(UserError):
@@ -38,23 +38,44 @@ class TrainingDivergedError(UserError):
 
 
 class StageInterrupted(Exception):
-    """A training run stopped by SIGTERM after saving its checkpoint (or, complete, after one while it
-    finished): the command stops there (an experiment does not go on to its next stage), status 143."""
+    """A training run stopped by SIGTERM after saving its checkpoint: the command (and an experiment's
+    later stages) stops there, status 143 (128 + SIGTERM)."""
 
-    status = 143  # 128 + SIGTERM, as a shell reports it
+    status = 143
 
 
-class RecompilationError(RuntimeError):
-    """A jitted step compiled for more batch shapes than its layout can produce (a bug, not user input)."""
+# the storage faults a failed save is reported as: no space, quota, read-only, permission
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+TENSORSTORE_ERRNO = re.compile(r"\[os_error_code='(\d+)'\]")  # how TensorStore's errors carry the errno
+
+
+def storage_fault(error: BaseException | None) -> OSError | None:
+    """The first OSError with a ``STORAGE_ERRNOS`` errno in ``error``'s cause/context chain (or the errno a
+    TensorStore error there carries, ``[os_error_code='28']``); None for any other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        code = TENSORSTORE_ERRNO.search(str(error))
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            return error
+        if code and int(code.group(1)) in STORAGE_ERRNOS:
+            return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class StorageFaultsSaidOnce(logging.Filter):
+    """A command's filter on the absl and asyncio loggers: orbax's writer threads log a disk that fills
+    during a save with a traceback each (hundreds of lines); the save's own error says it in one line."""
+
+    def filter(self, record) -> bool:
+        return storage_fault(record.exc_info[1] if record.exc_info else None) is None
 
 
 def say(line: str) -> None:
-    """Write one message line to stderr in a single call and flush it (``print`` writes the text and
-    its newline separately: a signal between the two glued the next message onto the line). Control
-    characters (a crafted path's or file's terminal escape sequences) are shown as escapes; the line
-    breaks a message is made of are kept."""
-    safe = "\n".join(terminal_safe(part) for part in line.split("\n"))
-    sys.stderr.write(f"{safe}\n")
+    """One message to stderr in a single write, flushed; control characters (a crafted path's terminal
+    escape sequences) shown as escapes, the message's own line breaks kept."""
+    sys.stderr.write("\n".join(terminal_safe(part) for part in line.split("\n")) + "\n")
     sys.stderr.flush()
 
 

@@ -1,12 +1,11 @@
 """The one writer: every file a command writes under a workdir (configs, summaries, metrics, reports,
 plots, npz files, the lock, experiment stage folders) goes through here.
 
-Below the workdir, no component of a path may be a symbolic link, and a file written over must be a
-regular file with no other hard link: followed, a write would land outside the workdir (or in a file
-another name shares). Files are written atomically (a new temporary beside, then a rename over the
-target, so a killed process leaves the previous file whole) and created as the user's umask says
-(0644 under 022). A refusal is one WorkdirError, raised before anything is written.
-"""
+Below the workdir no component of a path may be a symbolic link, and a file written over must be a
+regular file with no other hard link (followed, a write would land outside the workdir, or in a file
+another name shares). Files are written atomically (a temporary beside, then a rename over the target:
+a killed process leaves the previous file whole) and created as the user's umask says (0644 under
+022). A refusal is one WorkdirError, raised before anything is written."""
 
 from __future__ import annotations
 
@@ -19,42 +18,37 @@ import stat
 
 from rank4jax.errors import WorkdirError
 
+REFUSED = "a run writes only its own files and folders: remove it, or use another --workdir; nothing was changed"
+
 
 def _parts(relative: str) -> list[str]:
     return [p for p in os.path.normpath(relative).split(os.sep) if p not in ("", ".")]
 
 
 def path_in(workdir: str, relative: str, file: bool = False) -> str:
-    """``workdir/relative`` once every component below ``workdir`` is checked: no symbolic link, every
-    parent a directory, the last (if it exists) a regular file with one hard link, or (unless ``file``)
-    a directory."""
+    """``workdir/relative`` once each component below ``workdir`` is checked: no symbolic link, every
+    parent a directory, the last (if it exists) a regular file with one hard link or (unless ``file``) a
+    directory."""
     path, parts = workdir, _parts(relative)
     if ".." in parts:
         raise WorkdirError(f"{relative} is not below the workdir {workdir}")
     for n, part in enumerate(parts):
-        path = os.path.join(path, part)
+        path, last = os.path.join(path, part), n == len(parts) - 1
         try:
             info = os.lstat(path)
         except FileNotFoundError:
             break
         if stat.S_ISLNK(info.st_mode):
-            raise WorkdirError(
-                f"{path} is a symbolic link (to {os.readlink(path)}); a run writes only into its own files and "
-                "directories: remove the link, or use another --workdir; nothing was changed"
-            )
-        last = n == len(parts) - 1
+            raise WorkdirError(f"{path} is a symbolic link (to {os.readlink(path)}); {REFUSED}")
         if not ((stat.S_ISDIR(info.st_mode) and not (last and file)) or (last and stat.S_ISREG(info.st_mode))):
             raise WorkdirError(f"{path} is not a {'regular file' if last else 'directory'}; nothing was changed")
         if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-            raise WorkdirError(
-                f"{path} is a hard link ({info.st_nlink} names share its file); a run writes only its own files: "
-                "remove it, or use another --workdir; nothing was changed"
-            )
+            raise WorkdirError(f"{path} is a hard link ({info.st_nlink} names share its file); {REFUSED}")
     return os.path.join(workdir, *parts)
 
 
 def make_dirs(workdir: str, relative: str = "") -> str:
-    """Create ``workdir`` and ``workdir/relative``, directory by directory (each checked); its path."""
+    """Create ``workdir`` and ``workdir/relative`` directory by directory (each checked); its path."""
     try:
         os.makedirs(workdir, exist_ok=True)
     except OSError as e:
@@ -66,8 +60,7 @@ def make_dirs(workdir: str, relative: str = "") -> str:
         try:
             os.mkdir(path)  # 0777 less the umask
         except FileExistsError:
-            if not os.path.isdir(path_in(workdir, done)):
-                raise WorkdirError(f"{path} is not a directory; nothing was changed") from None
+            path_in(workdir, done)  # raced: it must still be a directory of its own
         except OSError as e:
             raise WorkdirError(f"cannot create {path}: {e.strerror}") from None
     return os.path.join(workdir, *_parts(relative))
@@ -79,8 +72,7 @@ def write_bytes(workdir: str, relative: str, data: bytes) -> str:
     make_dirs(workdir, os.path.dirname(relative))
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)  # the umask applies
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666), "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException as e:
@@ -97,19 +89,19 @@ def write_text(workdir: str, relative: str, text: str) -> str:
 
 
 def write_json(workdir: str, relative: str, data, default=None) -> str:
-    """:func:`write_text` of ``data`` as indented JSON (``default``: as ``json.dumps`` takes it)."""
+    """``data`` as indented JSON (``default``: as ``json.dumps`` takes it)."""
     return write_text(workdir, relative, json.dumps(data, indent=2, default=default))
 
 
 def save_figure(fig, workdir: str, relative: str, **options) -> str:
-    """A matplotlib figure as a PNG (rendered in memory, then :func:`write_bytes`)."""
+    """A matplotlib figure as a PNG, rendered in memory (``savefig`` would follow a link)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", **options)
     return write_bytes(workdir, relative, buffer.getvalue())
 
 
 def save_npz(workdir: str, relative: str, **arrays) -> str:
-    """numpy arrays as a compressed ``.npz`` (built in memory, then :func:`write_bytes`)."""
+    """numpy arrays as a compressed ``.npz``, built in memory."""
     import numpy as np
 
     buffer = io.BytesIO()
@@ -118,9 +110,8 @@ def save_npz(workdir: str, relative: str, **arrays) -> str:
 
 
 def open_own(workdir: str, relative: str, flags: int) -> int:
-    """A file descriptor of ``workdir/relative`` opened with ``flags`` (created when absent, never through a
-    link or a FIFO's wait), refused unless it is a regular file with one hard link: for the lock and the
-    metrics log, the files written in place."""
+    """A descriptor of ``workdir/relative`` (created when absent; never through a link or a FIFO's wait)
+    that must be a regular file with one hard link: the lock and the metrics log, written in place."""
     path = path_in(workdir, relative, file=True)
     make_dirs(workdir, os.path.dirname(relative))
     try:
@@ -130,22 +121,21 @@ def open_own(workdir: str, relative: str, flags: int) -> int:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
         os.close(fd)
-        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "a hard link"
-        raise WorkdirError(f"{path} is {what}; a run writes only its own files: remove it; nothing was changed")
+        raise WorkdirError(f"{path} is {'a hard link' if stat.S_ISREG(info.st_mode) else 'not a regular file'}; "
+                           f"{REFUSED}")  # fmt: skip
     return fd
 
 
 def append_line(workdir: str, relative: str, line: str) -> None:
     """Append one line (a metrics record) to ``workdir/relative``."""
-    fd = open_own(workdir, relative, os.O_WRONLY | os.O_APPEND)
     try:
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
+        with os.fdopen(open_own(workdir, relative, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as f:
             f.write(line + "\n")
     except OSError as e:
         raise WorkdirError(f"cannot write {os.path.join(workdir, relative)}: {e.strerror}") from None
 
 
 def check_paths(workdir: str, relatives) -> None:
-    """:func:`path_in` of each path (those present): a run refuses a crafted workdir before it writes."""
+    """:func:`path_in` of each path: a run refuses a crafted workdir before it writes."""
     for relative in relatives:
         path_in(workdir, relative)

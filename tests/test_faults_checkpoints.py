@@ -472,9 +472,9 @@ def test_items_that_are_not_the_steps_are_damage_and_the_run_falls_back(tiny_run
     the run resumes from the one before, to the uninterrupted run's parameters."""
     for bad in ({"next_index": True}, {"next_index": -5}, {"next_index": 2**63}, [200], None, {}, {"next_index": 6.0}):
         with pytest.raises(CheckpointDamaged, match=r"its data position is .*, not batch 6"):
-            storage.check_position("w", 6, 6, bad)
+            damage.check_position("w", 6, 6, bad)
     with pytest.raises(CheckpointDamaged, match="its optimiser state is at step 4"):
-        storage.check_position("w", 6, 4, {"next_index": 6})
+        damage.check_position("w", 6, 4, {"next_index": 6})
     wrong = {"text": {"next_index": "abc"}, "other_step": {"next_index": 4}}
     for name, value in [*wrong.items(), ("opt_state", "step 4's")]:
         run = tmp_path / name

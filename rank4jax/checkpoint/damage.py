@@ -1,46 +1,19 @@
-"""Damaged checkpoints and storage faults: what counts as each.
-
-A checkpoint that cannot be read (truncated or missing files, an emptied config or metadata, a missing
-item, an empty step directory, non-finite values) raises :class:`CheckpointDamaged`, never a config
-mismatch; ``rank4jax.runs.first_readable`` falls back from it to the newest readable checkpoint. A
-failed save whose cause is the disk (``storage_fault``) is one line (``storage.storage_error``); orbax
-or TensorStore may have logged the same fault before it.
-"""
+"""What makes a checkpoint damaged, in either layout: files that cannot be read (truncated, missing, an
+emptied item), NaN or infinite values, or an item that does not fit what its step implies (arrays of
+other shapes than the config makes, the optimiser or the data position at another step). Damage is
+never a config mismatch; ``rank4jax.runs.first_readable`` moves it aside and falls back."""
 
 from __future__ import annotations
 
-import errno
-import os
-import re
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rank4jax.errors import CheckpointError
 
-# the storage faults a failed save is reported as, by errno: no space, quota, read-only, permission
-STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
-TENSORSTORE_ERRNO = re.compile(r"\[os_error_code='(\d+)'\]")  # how TensorStore's errors carry the errno
-
-
-def storage_fault(error: BaseException | None) -> OSError | None:
-    """The storage fault behind a library exception: the first OSError of its cause/context chain
-    whose errno is one of ``STORAGE_ERRNOS``, or the errno a TensorStore error of the chain carries
-    (its ``[os_error_code='28']``); None for any other."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-            return error
-        code = TENSORSTORE_ERRNO.search(str(error))
-        if code and int(code.group(1)) in STORAGE_ERRNOS:
-            return OSError(int(code.group(1)), os.strerror(int(code.group(1))))
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
-
 
 class CheckpointDamaged(CheckpointError):
-    """A checkpoint whose files cannot be read back (not a mismatch with the config)."""
+    """A checkpoint whose files cannot be read back, or whose items do not fit its step."""
 
     def __init__(self, workdir: str, step: int, error: BaseException | str):
         self.step = step
@@ -49,9 +22,8 @@ class CheckpointDamaged(CheckpointError):
 
 
 def reason(error: BaseException) -> str:
-    """One short line for a library exception (orbax/tensorstore messages run to kilobytes)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    """One short line for a library exception (orbax/TensorStore messages run to kilobytes)."""
+    text = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     text = f"{type(error).__name__}: {text}" if text else type(error).__name__
     if "See full TensorStore details" in text and error.__cause__ is not None:  # orbax quotes a bound method
         return reason(error.__cause__)  # TensorStore's own error, which names the array
@@ -68,3 +40,34 @@ def check_finite(workdir: str, step: int, tree) -> None:
     floats = [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
     if floats and not bool(_all_finite(floats)):
         raise CheckpointDamaged(workdir, step, "it holds NaN or infinite values")
+
+
+def shapes_of(tree) -> dict:
+    """{"a/b/0/c": shape} of a tree's arrays or their metadata (a namedtuple's fields, attributes in
+    memory and dict keys in orbax's metadata, read alike)."""
+
+    def name(key):
+        return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+    return {"/".join(map(name, p)): tuple(a.shape) for p, a in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def check_shapes(workdir: str, step: int, item: str, saved: dict, abstract) -> None:
+    """``saved`` (:func:`shapes_of` an item on disk) against the arrays ``abstract`` asks for."""
+    wanted = shapes_of(abstract)
+    for name in sorted(set(saved) | set(wanted)):
+        if saved.get(name) != wanted.get(name):
+            raise CheckpointDamaged(workdir, step, f"its {item} {name} is {saved.get(name, 'absent')}, where its "
+                                    f"config makes it {wanted.get(name, 'absent')}")  # fmt: skip
+
+
+def check_position(workdir: str, step: int, saved_step, data_state) -> None:
+    """Checkpoint ``step`` holds the optimiser at that step and the data iterator at that batch
+    (``{"next_index": step}``, one global batch a step); another step's item or an edited value is damage."""
+    if int(np.asarray(saved_step)) != step:
+        raise CheckpointDamaged(workdir, step, f"its optimiser state is at step {int(np.asarray(saved_step))}")
+    if not (isinstance(data_state, dict) and set(data_state) == {"next_index"} and type(data_state["next_index"]) is int
+            and data_state["next_index"] == step):  # fmt: skip
+        shown = repr(data_state)
+        shown = shown[:60] + "..." if len(shown) > 60 else shown
+        raise CheckpointDamaged(workdir, step, f"its data position is {shown}, not batch {step}")

@@ -1,7 +1,6 @@
-"""Checkpoints written before the two-item layout, read in one place: their train state is one
-``state`` item (saved with ``StandardSave``) and their data position grain's per-process files in
-``data_iter`` (``grain.checkpoint``); their ``config`` and ``tokenizer`` items are read as the current
-layout's are. They resume and evaluate; new checkpoints are always written in the current layout."""
+"""Checkpoints of the layout before 2026-12-05, read in one place: the train state is one ``state`` item
+(``StandardSave``) and the data position grain's per-process files in ``data_iter``; ``config`` and
+``tokenizer`` read as today's. They resume and evaluate; new checkpoints are always today's layout."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import grain
 import orbax.checkpoint as ocp
 from etils import epath
 
-from rank4jax.checkpoint.damage import CheckpointDamaged
+from rank4jax.checkpoint.damage import CheckpointDamaged, check_position, check_shapes, shapes_of
 
 STATE_ITEM = "state"
 
@@ -23,28 +22,21 @@ def is_legacy(step_dir: str) -> bool:
 
 
 def restore_params(workdir: str, step: int, step_dir: str, abstract_params):
-    """The parameters alone from the ``state`` item (a partial restore of its tree), their shapes
-    checked against the config first."""
-    from rank4jax.checkpoint.storage import check_shapes
-
-    saved = _saved_shapes(workdir, step, step_dir)
-    check_shapes(workdir, step, "state", {k: v for k, v in saved.items() if k.startswith("params/")},
-                 {"params": abstract_params})  # fmt: skip
+    """The parameters alone (a partial restore of the ``state`` tree), their shapes checked first."""
+    saved = {k: v for k, v in _saved_shapes(workdir, step, step_dir).items() if k.startswith("params/")}
     target = {"params": abstract_params}
-    args = ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True
-    )
+    check_shapes(workdir, step, STATE_ITEM, saved, target)
+    restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+    args = ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True)
     try:
         with ocp.PyTreeCheckpointer() as checkpointer:
             return checkpointer.restore(os.path.join(step_dir, STATE_ITEM), args=args)["params"]
-    except Exception as e:  # noqa: BLE001 -- the config was checked first: a failure here is damage
+    except Exception as e:  # noqa: BLE001 -- the shapes fit: a failure here is damage
         raise CheckpointDamaged(workdir, step, e) from None
 
 
 def _saved_shapes(workdir: str, step: int, step_dir: str) -> dict:
     """{path: shape} of the ``state`` item's arrays, from its metadata (no array read)."""
-    from rank4jax.checkpoint.storage import shapes_of
-
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             return shapes_of(checkpointer.metadata(os.path.join(step_dir, STATE_ITEM)).item_metadata.tree)
@@ -53,16 +45,13 @@ def _saved_shapes(workdir: str, step: int, step_dir: str) -> dict:
 
 
 def restore_state(workdir: str, step: int, step_dir: str, abstract_state, data_iter=None):
-    """The whole train state from the ``state`` item, and the data iterator from grain's files (saved
-    by the same number of processes as now resume), each checked as the current layout's are."""
-    from rank4jax.checkpoint.storage import check_position, check_shapes
-
-    path = os.path.join(step_dir, STATE_ITEM)
+    """The train state, and the data iterator from grain's files (saved by as many processes as now
+    resume), each checked as today's layout's are."""
     fields = {f.name: getattr(abstract_state, f.name) for f in dataclasses.fields(abstract_state)}
-    check_shapes(workdir, step, "state", _saved_shapes(workdir, step, step_dir), fields)
+    check_shapes(workdir, step, STATE_ITEM, _saved_shapes(workdir, step, step_dir), fields)
     try:
         with ocp.StandardCheckpointer() as checkpointer:
-            state = checkpointer.restore(path, abstract_state)
+            state = checkpointer.restore(os.path.join(step_dir, STATE_ITEM), abstract_state)
         position = {"next_index": step}
         if data_iter is not None:
             handler = grain.checkpoint.CheckpointHandler()

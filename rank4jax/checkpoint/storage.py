@@ -1,11 +1,10 @@
-"""orbax-checkpoint storage of a run, through orbax's public API only.
+"""A run's checkpoints, through orbax's public API only (docs/operations.md).
 
-A checkpoint (``checkpoints/<step>/``) holds five items: ``params`` and ``opt_state`` (the rest of the
-train state), each a ``StandardSave``, so evaluation restores one item; ``data_iter`` (the pipeline's
-``get_state()``, the same for any process count), ``config`` and ``tokenizer`` (JSON). orbax alone
-reads it (docs/operations.md). The policy keeps the latest ``keep`` and the best: the checkpoint whose
-logged validation (``rank4jax.records``) has the lowest selection loss. ``legacy`` reads the earlier
-layout; ``damage`` says what an unreadable checkpoint is."""
+``checkpoints/<step>/`` holds five items: ``params`` and ``opt_state`` (the rest of the train state), each
+a ``StandardSave``, so evaluation restores one item; ``data_iter`` (the pipeline's ``get_state()``, the
+same for any process count), ``config`` and ``tokenizer`` (JSON). The policy keeps the latest ``keep``
+and the best: the lowest selection loss the run's log (``rank4jax.records``) validates. ``legacy`` reads
+the earlier layout; ``damage`` says what a checkpoint that cannot be used is."""
 
 from __future__ import annotations
 
@@ -24,16 +23,16 @@ from jax.experimental import multihost_utils
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
 from rank4jax.checkpoint import legacy
-from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, storage_fault
+from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, check_position, check_shapes, shapes_of
 from rank4jax.data.tokenizers import tokenizer_from_dict
-from rank4jax.errors import CheckpointError, WorkdirError, say
+from rank4jax.errors import CheckpointError, WorkdirError, say, storage_fault
 from rank4jax.models.family import SELECTIONS
 from rank4jax.records import CHECKPOINT_DIR, CONFIG_FILE, best_validated, check_own_paths, read_json
 
-# What a save must find free: SPACE_MARGIN times the state's bytes, plus SPACE_SLACK (TensorStore's
-# files for the same state differ in number with how its writes were batched; tiny checkpoints take
-# 172-303 KB).
+# A save must find SPACE_MARGIN times the state's bytes plus SPACE_SLACK free (TensorStore's files for
+# one state differ in number with how its writes were batched; tiny checkpoints take 172-303 KB).
 SPACE_MARGIN, SPACE_SLACK = 1.25, 2**20
+JSON_ITEMS = ("data_iter", "config", "tokenizer")
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -41,22 +40,21 @@ def checkpoint_dir(workdir: str) -> str:
 
 
 def split_state(state) -> tuple[dict, dict]:
-    """(parameters, the rest of the train state as a dict of its other fields)."""
+    """(parameters, the train state's other fields as a dict)."""
     return state.params, {name: getattr(state, name) for name in state.__dataclass_fields__ if name != "params"}
 
 
 def storage_error(error: BaseException, workdir: str, step: int | None, detail: str = "") -> BaseException:
-    """A failed save as one WorkdirError: the step whose save failed (an earlier one whose partial
-    directory is still there counts first), the cause (no space, quota, read-only, permission;
-    ``detail`` follows it) and every checkpoint intact on disk; the partial directories are removed.
-    Not a storage fault: the exception itself (a bug keeps its traceback)."""
+    """A failed save as one WorkdirError naming the first save that failed (``step``, or an earlier one
+    whose partial directory is left, which is removed), the cause and every checkpoint intact; any
+    error that is not a storage fault is returned as it is (a bug keeps its traceback)."""
     os_error = storage_fault(error)
     if os_error is None:
         return error
     cause = os.strerror(os_error.errno) + (f" ({detail})" if detail else "")
     directory = checkpoint_dir(workdir)
     partial = [ocp.utils.step_from_checkpoint_name(p.name) for p in _partial_saves(directory)]
-    failed = min((s for s in (step, *partial) if s is not None), default=None)  # the first save that failed
+    failed = min((s for s in (step, *partial) if s is not None), default=None)
     if jax.process_index() == 0:  # the processes share the directory
         remove_partial_saves(directory)
     steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
@@ -74,32 +72,24 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
 
 
 def _partial_saves(directory: str) -> list:
-    """The directories of saves that did not finish (orbax's temporary checkpoints)."""
+    """orbax's temporary directories of saves that did not finish."""
     return [t.get() for t in ocp.utils.tmp_checkpoints(directory)] if os.path.isdir(directory) else []
 
 
 def remove_partial_saves(directory: str) -> None:
-    """Remove the saves that failed (a resume never reads them): their space back."""
-    for path in _partial_saves(directory):
+    for path in _partial_saves(directory):  # a resume never reads them: their space back
         shutil.rmtree(path, ignore_errors=True)
 
 
 def _size(n: float, up: bool) -> str:
-    """``n`` bytes in KB, MB or GB, rounded up (``up``) or down: a need and the free space never look equal."""
+    """``n`` bytes in KB, MB or GB, rounded up (a need) or down (free space): the two never look equal."""
     unit, scale, digits = ("KB", 1e3, 0) if n < 1e6 else (("MB", 1e6, 1) if n < 1e9 else ("GB", 1e9, 1))
-    shown = n / scale * 10**digits
-    return f"{(math.ceil(shown) if up else math.floor(shown)) / 10**digits:.{digits}f} {unit}"
+    shown = (math.ceil if up else math.floor)(n / scale * 10**digits) / 10**digits
+    return f"{shown:.{digits}f} {unit}"
 
 
 def free_bytes(directory: str) -> int:
-    """The bytes a process may still write on the disk that holds ``directory``."""
     return shutil.disk_usage(directory).free
-
-
-def item_handlers() -> dict:
-    """Each item's handler (the metadata of a checkpoint names the same)."""
-    json_items = {name: ocp.JsonCheckpointHandler() for name in ("data_iter", "config", "tokenizer")}
-    return {"params": ocp.StandardCheckpointHandler(), "opt_state": ocp.StandardCheckpointHandler()} | json_items
 
 
 class KeepBest(pp.PreservationPolicy):
@@ -109,15 +99,13 @@ class KeepBest(pp.PreservationPolicy):
         self.best = best
 
     def should_preserve(self, checkpoints, *, context) -> list[bool]:
-        del context
         best = self.best([c.step for c in checkpoints])
         return [c.step == best for c in checkpoints]
 
 
 class RunCheckpoints:
-    """A run's checkpoints: ``ocp.CheckpointManager`` with this project's items and policy.
-    ``selection``: the validation metric that names the best checkpoint (the run's selection loss;
-    None: the one its ``config.json`` names)."""
+    """A run's checkpoints: ``ocp.CheckpointManager`` with this project's items and policy. ``selection``:
+    the validation metric naming the best checkpoint (None: the one the run's ``config.json`` names)."""
 
     def __init__(self, workdir: str, keep: int = 3, read_only: bool = False, selection: str | None = None):
         directory = checkpoint_dir(workdir)
@@ -125,29 +113,28 @@ class RunCheckpoints:
             raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
         if not read_only:
             check_own_paths(workdir, (CHECKPOINT_DIR,))
-            if jax.process_index() == 0:  # the processes share the directory
+            if jax.process_index() == 0:
                 remove_partial_saves(directory)
-        self.workdir, self.read_only = workdir, read_only
+        self.workdir, self.read_only, self.saving = workdir, read_only, None  # saving: the latest step requested
         saved = read_json(os.path.join(workdir, CONFIG_FILE), "the run's config") or {}
         self.selection = selection or SELECTIONS.get(saved.get("selection"), SELECTIONS["window"])
-        self.saving = None  # the step of the latest save requested (asynchronous)
         policy = pp.AnyPreservationPolicy([pp.LatestN(n=keep), KeepBest(self._best_among)])
-        options = ocp.CheckpointManagerOptions(
-            preservation_policy=policy, create=not read_only, cleanup_tmp_directories=False
-        )
-        self.manager = ocp.CheckpointManager(directory, options=options, item_handlers=item_handlers())
+        options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=not read_only,
+                                               cleanup_tmp_directories=False)  # fmt: skip
+        handlers = {"params": ocp.StandardCheckpointHandler(), "opt_state": ocp.StandardCheckpointHandler()}
+        handlers |= {name: ocp.JsonCheckpointHandler() for name in JSON_ITEMS}
+        self.manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
+            return self.close()
+        with contextlib.suppress(Exception):  # the run's own error goes on; a failing pending save would mask it
             self.close()
-        else:  # the run's own error goes on: a pending save failing as well (a full disk) would mask it
-            with contextlib.suppress(Exception):
-                self.close()
-            if isinstance(exc, WorkdirError) and jax.process_index() == 0:  # a failed save: none is running now
-                remove_partial_saves(checkpoint_dir(self.workdir))
+        if isinstance(exc, WorkdirError) and jax.process_index() == 0:  # a failed save: none is running now
+            remove_partial_saves(checkpoint_dir(self.workdir))
 
     def close(self) -> None:
         self.wait_until_finished()
@@ -171,8 +158,7 @@ class RunCheckpoints:
         return best_validated(self.workdir, self.all_steps(), self.selection)
 
     def best_step(self, *, say_fallback: bool = False) -> int | None:
-        """The best validated checkpoint; the latest when the log validates none (only preemption saves,
-        or no log; ``say_fallback``: warn)."""
+        """The best validated checkpoint; the latest when the log validates none (``say_fallback``: warn)."""
         best, latest = self.best_metric(), self.latest_step()
         if best is None and say_fallback and latest is not None:
             say(f"rank4jax: warning: no checkpoint in {self.workdir} has a logged validation loss; "
@@ -180,13 +166,12 @@ class RunCheckpoints:
         return latest if best is None else best[0]
 
     def reached_preemption(self, step: int) -> bool:
-        """True at the step every process of a multi-process run agreed to stop at after a
-        preemption notice (JAX's preemption sync point, through orbax); False in a single process."""
+        """Whether every process of a multi-process run agreed to stop at ``step`` after a preemption
+        notice (JAX's preemption sync point, through orbax); False in a single process."""
         return jax.process_count() > 1 and self.manager.reached_preemption(step)
 
     def _check_room(self, step: int, state) -> None:
-        """An unwritable checkpoints/ or a disk that cannot hold the save is one error before any of it
-        is written: ``SPACE_MARGIN`` times the state's bytes plus ``SPACE_SLACK`` must be free."""
+        """An unwritable checkpoints/, or less free than the save needs, is one error before any write."""
         directory = checkpoint_dir(self.workdir)
         if not os.access(directory, os.W_OK | os.X_OK):
             try:
@@ -202,10 +187,9 @@ class RunCheckpoints:
             raise storage_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), self.workdir, step, detail) from None
 
     def agree_to_save(self, step: int, state) -> None:
-        """Every process's earlier save finishes first (its failure is named, as that step's); then process
-        0 checks the directory the processes share, and every process hears its answer before any enters
-        orbax's save: a refusal stops them all at once. Before the first save nothing is waited for (a
-        signal while a run starts then never lands inside orbax, which would log it as a failed save)."""
+        """The earlier save finishes (its failure named as that step's); process 0 checks the shared
+        directory and every process hears its answer before any enters orbax's save, so a refusal stops
+        them all. Before the first save nothing is waited for."""
         if self.saving is not None:
             self.wait_until_finished()
         error = None
@@ -215,9 +199,8 @@ class RunCheckpoints:
             except Exception as e:  # noqa: BLE001 -- raised below, once the other processes know
                 error = e
         if jax.process_count() > 1 and multihost_utils.broadcast_one_to_all(np.int32(error is not None)):
-            error = error or WorkdirError(
-                f"process 0 refused to save checkpoint {step} in {self.workdir} (its error says why)"
-            )
+            error = error or WorkdirError(f"process 0 refused to save checkpoint {step} in {self.workdir} "
+                                          "(its error says why)")  # fmt: skip
         if error is not None:
             raise error
 
@@ -247,12 +230,12 @@ class RunCheckpoints:
             raise storage_error(e, self.workdir, self.saving) from None
 
     def _restore(self, step: int, **items):
-        """Restore ``items`` of checkpoint ``step``: a failure is damage (the config was checked first)."""
+        """``items`` of checkpoint ``step``; a failure is damage (the config and shapes were checked first)."""
         try:
             return self.manager.restore(step, args=ocp.args.Composite(**items))
         except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the files are unreadable
             error = CheckpointDamaged(self.workdir, step, e)  # keeps the reason only, not the frames
-        gc.collect()  # what the failed restore abandoned and no one holds is collected now, before our line
+        gc.collect()  # what the failed restore abandoned is collected now, before our line
         raise error
 
     def load_meta(self, step: int):
@@ -275,9 +258,7 @@ class RunCheckpoints:
         return os.path.join(checkpoint_dir(self.workdir), str(step))
 
     def _check_fits(self, step: int, item: str, abstract) -> None:
-        """The arrays ``abstract`` asks for against the item's own metadata (no array read): an item whose
-        arrays do not fit the run's config (another run's, an edited config) is damage, found before any
-        restore starts."""
+        """The arrays ``abstract`` asks for against the item's metadata (no array read), before a restore."""
         try:
             saved = shapes_of(self.manager.item_metadata(step)[item])
         except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the metadata is unreadable
@@ -285,8 +266,7 @@ class RunCheckpoints:
         check_shapes(self.workdir, step, item, saved, abstract)
 
     def restore_params(self, step: int, abstract_params):
-        """The parameters of checkpoint ``step`` alone (the optimiser's moments are never read), onto the
-        shardings ``abstract_params`` (ShapeDtypeStructs) carry."""
+        """The parameters alone (the optimiser's moments are never read), onto ``abstract_params``' shardings."""
         if legacy.is_legacy(self.step_dir(step)):
             params = legacy.restore_params(self.workdir, step, self.step_dir(step), abstract_params)
         else:
@@ -296,9 +276,8 @@ class RunCheckpoints:
         return params
 
     def restore_state(self, step: int, abstract_state, data_iter=None):
-        """The train state onto the shardings ``abstract_state`` carries; the data iterator moved to the
-        checkpoint's position when given. Every item is checked against what the step implies first (its
-        arrays' shapes, the optimiser's step, the data position): one that does not fit is damage."""
+        """The train state onto ``abstract_state``'s shardings, and ``data_iter`` moved to the checkpoint's
+        position; every item checked against what the step implies first (``damage``)."""
         if legacy.is_legacy(self.step_dir(step)):
             state = legacy.restore_state(self.workdir, step, self.step_dir(step), abstract_state, data_iter)
         else:
@@ -307,50 +286,10 @@ class RunCheckpoints:
             self._check_fits(step, "opt_state", rest)
             items = {"params": ocp.args.StandardRestore(params), "opt_state": ocp.args.StandardRestore(rest)}
             restored = self._restore(step, **items, **({"data_iter": ocp.args.JsonRestore()} if data_iter else {}))
-            check_position(
-                self.workdir, step, restored["opt_state"]["step"], restored.get("data_iter", {"next_index": step})
-            )
+            position = restored.get("data_iter", {"next_index": step})
+            check_position(self.workdir, step, restored["opt_state"]["step"], position)
             state = abstract_state.replace(params=restored["params"], **restored["opt_state"])
             if data_iter is not None:
                 data_iter.set_state(restored["data_iter"])
         check_finite(self.workdir, step, state)
         return state
-
-
-def shapes_of(tree) -> dict:
-    """{"a/b/0/c": shape} of a tree's arrays (or their metadata): each key by its name, so a namedtuple's
-    fields (attributes in memory, dict keys in orbax's metadata) read alike."""
-
-    def name(key):
-        return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
-
-    return {"/".join(map(name, p)): tuple(a.shape) for p, a in jax.tree_util.tree_leaves_with_path(tree)}
-
-
-def check_shapes(workdir: str, step: int, item: str, saved: dict, abstract) -> None:
-    """``saved`` (:func:`shapes_of` an item on disk) against the arrays ``abstract`` asks for."""
-    wanted = shapes_of(abstract)
-    for name in sorted(set(saved) | set(wanted)):
-        if saved.get(name) != wanted.get(name):
-            raise CheckpointDamaged(
-                workdir,
-                step,
-                f"its {item} {name} is {saved.get(name, 'absent')}, where its config makes it "
-                f"{wanted.get(name, 'absent')}",
-            )
-
-
-def check_position(workdir: str, step: int, saved_step, data_state) -> None:
-    """A checkpoint of step ``step`` holds the optimiser at that step and the data iterator at that
-    batch (``{"next_index": step}``: one global batch a step); anything else (another step's item, a
-    hand-edited value) is damage."""
-    if int(np.asarray(saved_step)) != step:
-        raise CheckpointDamaged(workdir, step, f"its optimiser state is at step {int(np.asarray(saved_step))}")
-    index = data_state.get("next_index") if isinstance(data_state, dict) else None
-    if not (
-        isinstance(data_state, dict) and set(data_state) == {"next_index"} and type(index) is int and index == step
-    ):
-        shown = repr(data_state)
-        raise CheckpointDamaged(
-            workdir, step, f"its data position is {shown[:60] + '...' if len(shown) > 60 else shown}, not batch {step}"
-        )

@@ -37,7 +37,6 @@ import optax
 from rank4jax.engine import sharding
 from rank4jax.engine.batches import microbatches, n_windows
 from rank4jax.engine.state import TrainState, create_train_state, learning_rate_schedule, make_optimizer
-from rank4jax.errors import RecompilationError
 from rank4jax.models.common import window_keys
 from rank4jax.models.family import ModelFamily
 from rank4jax.models.precision import cast_to_compute
@@ -268,7 +267,7 @@ class CompiledStep:
         executable = self._executables.get(key)
         if executable is None:
             if len(self._executables) >= self.max_shapes:
-                raise RecompilationError(
+                raise RuntimeError(  # a bug, not user input
                     f"the {self.name} would compile for a batch shape beyond the {self.max_shapes} this "
                     f"batch layout can produce: {key[1]}; already compiled: {[k[1] for k in self._executables]}"
                 )

@@ -19,7 +19,7 @@ from rank4jax.records import (  # noqa: F401 -- the run's files, read here and b
     CONFIG_FILE,
     METRICS_FILE,
     SUMMARY_FILE,
-    _records,
+    log_records,
     read_json,
     read_metrics,
 )
@@ -104,7 +104,7 @@ def rewind_metrics(workdir: str, step: int) -> None:
     if not os.path.isfile(path):
         return
     kept: dict[tuple[str, int], dict] = {}
-    for key, record in _records(path)[0]:
+    for key, record in log_records(path)[0]:
         if key[1] <= step:
             kept.pop(key, None)
             kept[key] = record

@@ -36,7 +36,7 @@ from rank4jax.models.family import SELECTIONS, ModelFamily, get_family
 from rank4jax.records import check_own_paths
 from rank4jax.runs import first_readable
 from rank4jax.training.layout_choice import choose_layout
-from rank4jax.training.workdir_lock import UndoIfFailed, WorkdirLock, make_workdir
+from rank4jax.training.workdir_lock import WorkdirLock
 
 
 @dataclasses.dataclass
@@ -77,10 +77,9 @@ def prepare_run(config: ml_collections.ConfigDict, workdir: str, stack: contextl
     """Lock the workdir, check its checkpoints against ``config``, read the data, build the mesh,
     the model config, the programs and the evaluators. Nothing is allocated for the model yet."""
     family = get_family(config.model_family)
-    stack.push(UndoIfFailed(workdir, dirs=(CHECKPOINT_DIR,)))  # a refused run leaves the workdir as it was
-    make_workdir(workdir)
+    # one writer per workdir; a refused run leaves the workdir as it was
+    lock = stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0, undo=(CHECKPOINT_DIR,)))
     check_own_paths(workdir)  # nothing the run writes may follow a link out of the workdir
-    lock = stack.enter_context(WorkdirLock(workdir, enabled=jax.process_index() == 0))  # one writer per workdir
     ckpt = stack.enter_context(RunCheckpoints(workdir, config.keep_checkpoints, selection=SELECTIONS[config.selection]))
     fingerprint = data_fingerprint(config)  # the data files' bytes, read once: checked, then saved
     tokenizer, saved = _check_workdir(ckpt, config, workdir, fingerprint)
