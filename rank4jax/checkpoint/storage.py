@@ -3,8 +3,9 @@
 ``checkpoints/<step>/`` holds five items: ``params`` and ``opt_state`` (the rest of the train state), each
 a ``StandardSave``, so evaluation restores one item; ``data_iter`` (the pipeline's ``get_state()``, the
 same for any process count), ``config`` and ``tokenizer`` (JSON). The policy keeps the latest ``keep``
-and the best: the lowest selection loss the run's log (``rank4jax.records``) validates. ``legacy`` reads
-the earlier layout; ``damage`` says what a checkpoint that cannot be used is."""
+and the best: the lowest selection loss the run's log (``rank4jax.records``) validates. ``damage`` says what
+a checkpoint that cannot be used is. The layout before 2026-12-05 (one ``state`` item) is refused: commit
+5da16f5 is the last to read it."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 
-from rank4jax.checkpoint import legacy
 from rank4jax.checkpoint.damage import CheckpointDamaged, check_finite, check_position, check_shapes, shapes_of
 from rank4jax.data.tokenizers import tokenizer_from_dict
 from rank4jax.errors import CheckpointError, WorkdirError, say, storage_fault
@@ -251,14 +251,18 @@ class RunCheckpoints:
 
     def released(self, step: int) -> bool:
         """Whether checkpoint ``step`` is a released run's: its parameters, config and tokenizer alone."""
-        path = self.step_dir(step)
-        return not legacy.is_legacy(path) and not os.path.isdir(os.path.join(path, "opt_state"))
+        return not any(os.path.isdir(os.path.join(self.step_dir(step), item)) for item in ("opt_state", "state"))
 
     def step_dir(self, step: int) -> str:
         return os.path.join(checkpoint_dir(self.workdir), str(step))
 
     def _check_fits(self, step: int, item: str, abstract) -> None:
         """The arrays ``abstract`` asks for against the item's metadata (no array read), before a restore."""
+        if os.path.isdir(os.path.join(self.step_dir(step), "state")):
+            raise CheckpointError(
+                f"checkpoint {step} in {self.workdir} has the layout before 2026-12-05 (one 'state' "
+                "item), which rank4jax no longer reads: commit 5da16f5 resumes and evaluates it"
+            )
         try:
             saved = shapes_of(self.manager.item_metadata(step)[item])
         except Exception as e:  # noqa: BLE001 -- whatever the libraries raise, the metadata is unreadable
@@ -267,29 +271,23 @@ class RunCheckpoints:
 
     def restore_params(self, step: int, abstract_params):
         """The parameters alone (the optimiser's moments are never read), onto ``abstract_params``' shardings."""
-        if legacy.is_legacy(self.step_dir(step)):
-            params = legacy.restore_params(self.workdir, step, self.step_dir(step), abstract_params)
-        else:
-            self._check_fits(step, "params", abstract_params)
-            params = self._restore(step, params=ocp.args.StandardRestore(abstract_params))["params"]
+        self._check_fits(step, "params", abstract_params)
+        params = self._restore(step, params=ocp.args.StandardRestore(abstract_params))["params"]
         check_finite(self.workdir, step, params)
         return params
 
     def restore_state(self, step: int, abstract_state, data_iter=None):
         """The train state onto ``abstract_state``'s shardings, and ``data_iter`` moved to the checkpoint's
         position; every item checked against what the step implies first (``damage``)."""
-        if legacy.is_legacy(self.step_dir(step)):
-            state = legacy.restore_state(self.workdir, step, self.step_dir(step), abstract_state, data_iter)
-        else:
-            params, rest = split_state(abstract_state)
-            self._check_fits(step, "params", params)
-            self._check_fits(step, "opt_state", rest)
-            items = {"params": ocp.args.StandardRestore(params), "opt_state": ocp.args.StandardRestore(rest)}
-            restored = self._restore(step, **items, **({"data_iter": ocp.args.JsonRestore()} if data_iter else {}))
-            position = restored.get("data_iter", {"next_index": step})
-            check_position(self.workdir, step, restored["opt_state"]["step"], position)
-            state = abstract_state.replace(params=restored["params"], **restored["opt_state"])
-            if data_iter is not None:
-                data_iter.set_state(restored["data_iter"])
+        params, rest = split_state(abstract_state)
+        self._check_fits(step, "params", params)
+        self._check_fits(step, "opt_state", rest)
+        items = {"params": ocp.args.StandardRestore(params), "opt_state": ocp.args.StandardRestore(rest)}
+        restored = self._restore(step, **items, **({"data_iter": ocp.args.JsonRestore()} if data_iter else {}))
+        position = restored.get("data_iter", {"next_index": step})
+        check_position(self.workdir, step, restored["opt_state"]["step"], position)
+        state = abstract_state.replace(params=restored["params"], **restored["opt_state"])
+        if data_iter is not None:
+            data_iter.set_state(restored["data_iter"])
         check_finite(self.workdir, step, state)
         return state
