@@ -8,7 +8,7 @@ Scores every story's endings after a pool of --pool other stories' contexts once
 story's scores, for further analysis) and prints the table.
 """
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

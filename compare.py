@@ -17,7 +17,7 @@ the paper's Table 5 (LS(T), Δ, parameters, wall time) with curves like its Figu
 Rerunning resumes the runs. Writes compare.md, compare.json and plots/compare_curves.png.
 """
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

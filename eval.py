@@ -10,7 +10,7 @@ the three scoring rules (mean CE, PMI, ending only). ``--rollout_steps=0`` skips
 import json
 import sys
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

@@ -22,7 +22,7 @@ teacher-forced causal LM on every token, parameter-matched: the reference); the 
 parameter count, at the flat grid's rate) and axial (within each slice, then across the slices).
 """
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     import math

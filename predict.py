@@ -11,7 +11,7 @@ argmax of S(T), every token at once; the baseline decodes S(T) free-running; the
 token by token.
 """
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

@@ -11,7 +11,7 @@ The base config (configs/splm.py) sizes the SPLM-Gaussian; the MLP's hidden widt
 model's depth are matched to its parameter count. Rerunning resumes. Writes splm_report.json.
 """
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

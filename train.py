@@ -9,7 +9,7 @@ Each run writes its resolved config to <workdir>/config.json.
 import os
 import sys
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

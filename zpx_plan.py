@@ -13,7 +13,7 @@ Rerunning resumes. Writes zpx_plan.md and zpx_plan.json in the workdir; with ``-
 per seed in ``<workdir>/seed<s>`` and the combined table (mean ± half-range) in zpx_seeds.md/.json.
 """
 
-from rank4jax.startup import importing
+from rank4jax.signals import importing
 
 with importing():
     from absl import app, flags, logging

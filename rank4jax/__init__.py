@@ -23,7 +23,7 @@ Flax NNX modules over the same functions: ``rank4jax.nn`` (``Rank4Model``, ``Ran
 
 import importlib
 
-_HOMES = {  # each public name's module, imported on first use: ``import rank4jax.startup`` stays light
+_HOMES = {  # each public name's module, imported on first use: ``import rank4jax.signals`` stays light
     **dict.fromkeys(
         (
             "Rank4Config",

@@ -1,12 +1,6 @@
-"""What the command-line entry points share: one line and a status for every way a command ends early.
-
-- a user error (:class:`UserError`): ``error: <message>``, status 2, no traceback;
-- Ctrl-C (Python's ``KeyboardInterrupt``, raised at the next safe point, ``rank4jax.startup``):
-  ``stopped: Ctrl-C <what is saved>``, status 130;
-- a training stage stopped by SIGTERM after saving (``StageInterrupted``): ``stopped: <message>``, 143;
-- a bad flag: absl's own message (its ``flags.Error``), status 2; a config file that cannot be one, or an
-  override of a key it lacks: the project's own check before absl parses (no library text is parsed).
-"""
+"""What the entry points share: one line and a status for every way a command ends early: a user error
+``error: <message>`` (2), Ctrl-C ``stopped: Ctrl-C <what is saved>`` (130), SIGTERM ``stopped: <message>``
+(143); a bad flag is absl's own message (2), a config file or override the project's own check."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ import logging
 import os
 import sys
 
-from rank4jax import startup
+from rank4jax import signals
 from rank4jax.errors import StageInterrupted, StorageFaultsSaidOnce, UserError, say, terminal_safe
 
 CONFIG_FLAGS = ("config", "rank4_config", "baseline_config", "baseline_wide_config")  # the commands' config files
@@ -29,9 +23,9 @@ def run_command(fn, stopped: str = "; nothing was saved"):
     for name in ("absl", "asyncio"):  # a disk filled during a save: the save's error says it once
         logging.getLogger(name).addFilter(StorageFaultsSaidOnce())
     try:
-        with startup.noted():
+        with signals.noted():
             result = fn()
-            startup.check()  # noted after the last check: the work is done, the command still stops
+            signals.check()  # noted after the last check: the work is done, the command still stops
         return result
     except UserError as e:
         say(f"error: {e}")

@@ -26,11 +26,7 @@ class CheckpointError(UserError):
 
 
 class WorkdirError(UserError):
-    """A workdir that cannot be written (read-only, no permission, not a directory, a link)."""
-
-
-class WorkdirBusyError(UserError):
-    """Another live process holds the workdir's lock (one training run per workdir)."""
+    """A workdir that cannot be written (read-only, not a directory, a link, another run's lock)."""
 
 
 class TrainingDivergedError(UserError):

@@ -1,11 +1,7 @@
-"""The one writer: every file a command writes under a workdir (configs, summaries, metrics, reports,
-plots, npz files, the lock, experiment stage folders) goes through here.
-
-Below the workdir no component of a path may be a symbolic link, and a file written over must be a
-regular file with no other hard link (followed, a write would land outside the workdir, or in a file
-another name shares). Files are written atomically (a temporary beside, then a rename over the target:
-a killed process leaves the previous file whole) and created as the user's umask says (0644 under
-022). A refusal is one WorkdirError, raised before anything is written."""
+"""The one writer of every file a command writes under a workdir. No component below the workdir may be a
+symbolic link, and a file written over must be a regular file with one hard link; files are written
+atomically (a temporary beside, then a rename) as the user's umask says; a refusal is one WorkdirError,
+raised before anything is written."""
 
 from __future__ import annotations
 
@@ -133,9 +129,3 @@ def append_line(workdir: str, relative: str, line: str) -> None:
             f.write(line + "\n")
     except OSError as e:
         raise WorkdirError(f"cannot write {os.path.join(workdir, relative)}: {e.strerror}") from None
-
-
-def check_paths(workdir: str, relatives) -> None:
-    """:func:`path_in` of each path: a run refuses a crafted workdir before it writes."""
-    for relative in relatives:
-        path_in(workdir, relative)

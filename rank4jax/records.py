@@ -28,7 +28,8 @@ def check_own_paths(workdir: str, names=OWN_PATHS) -> None:
     checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
     if CHECKPOINT_DIR in names and os.path.isdir(checkpoints) and not os.path.islink(checkpoints):
         names = (*names, *(os.path.join(CHECKPOINT_DIR, step) for step in sorted(os.listdir(checkpoints))))
-    files.check_paths(workdir, names)
+    for name in names:
+        files.path_in(workdir, name)
 
 
 def read_json(path: str, what: str) -> dict | None:

@@ -18,7 +18,6 @@ from rank4jax import files
 from rank4jax.errors import (
     ConfigError,
     DataError,
-    WorkdirBusyError,
     WorkdirError,
 )
 from rank4jax.evaluation.report import evaluate_run
@@ -184,7 +183,7 @@ def test_a_second_writer_is_refused_and_a_dead_holders_lock_is_taken_over(tmp_pa
     assert _holder_pid(workdir) == first.pid  # kill -9 leaves the file, but not the lock
     with workdir_lock.WorkdirLock(workdir):
         assert _holder_pid(workdir) == os.getpid()
-        with pytest.raises(WorkdirBusyError, match=f"pid {os.getpid()}"):  # held: even this process's
+        with pytest.raises(WorkdirError, match=f"pid {os.getpid()}"):  # held: even this process's
             with workdir_lock.WorkdirLock(workdir):  # second open file is refused
                 pass
     assert os.path.getsize(os.path.join(workdir, workdir_lock.LOCK_FILE)) == 0  # released: no holder
@@ -202,7 +201,8 @@ def test_unwritable_workdir_is_one_error_before_any_work(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(WorkdirError, match="cannot create the workdir"):
-        workdir_lock.make_workdir(str(blocker / "run"))
+        with workdir_lock.WorkdirLock(str(blocker / "run")):
+            pass
     out = launcher.run("train.py", f"--workdir={blocker}/run", *TINY_FLAGS, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"error: cannot create the workdir {blocker}/run: Not a directory"

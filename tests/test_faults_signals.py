@@ -14,7 +14,7 @@ import pytest
 
 from rank4jax.checkpoint import storage
 from rank4jax.errors import StageInterrupted
-from rank4jax.startup import STARTING
+from rank4jax.signals import STARTING
 from rank4jax.training.loop import train
 from tests import launcher
 from tests.fault_helpers import TINY_FLAGS, _jaxlib_loaded, _start
@@ -173,8 +173,8 @@ def test_ctrl_c_while_the_last_save_finishes_leaves_it_whole(tiny_run_copy, monk
 def test_the_library_leaves_signals_as_python_has_them():
     """No frame walking for the garbage collector's callbacks, no signal sent to oneself, no ``os._exit``
     anywhere in the library (the entry points' one line comes from ``rank4jax.cli.run_command``); a
-    SIGINT handler only in ``rank4jax.startup`` (a command's, noting Ctrl-C for its checks), SIGTERM's
-    only in the trainer."""
+    SIGINT and SIGTERM handlers only in ``rank4jax.signals`` (a command's Ctrl-C noted for its checks, the
+    trainer's SIGTERM request)."""
     library = pathlib.Path(__file__).resolve().parents[1] / "rank4jax"
     handlers = {}
     for path in library.rglob("*.py"):
@@ -183,4 +183,4 @@ def test_the_library_leaves_signals_as_python_has_them():
         assert not found, (path, found)
         if "signal.signal(" in text:
             handlers[path.relative_to(library).as_posix()] = text.count("signal.signal(")
-    assert handlers == {"startup.py": 2, "training/signals.py": 2}
+    assert handlers == {"signals.py": 4}

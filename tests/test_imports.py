@@ -7,7 +7,7 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "rank4jax"
 # top to bottom; a package may import only those below it (the leaves: importable from anywhere)
 ORDER = ["experiments", "training", "evaluation", "runs", "prediction", "engine", "checkpoint", "nn", "models", "data"]
-LEAVES = {"cli", "startup", "errors", "tokens", "records", "files"}
+LEAVES = {"cli", "signals", "errors", "tokens", "records", "files"}
 
 
 def package_graph() -> dict[str, set[str]]:

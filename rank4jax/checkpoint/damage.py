@@ -1,7 +1,6 @@
-"""What makes a checkpoint damaged, in either layout: files that cannot be read (truncated, missing, an
-emptied item), NaN or infinite values, or an item that does not fit what its step implies (arrays of
-other shapes than the config makes, the optimiser or the data position at another step). Damage is
-never a config mismatch; ``rank4jax.runs.first_readable`` moves it aside and falls back."""
+"""What makes a checkpoint damaged: unreadable files, NaN or infinite values, or an item that does not fit
+its step (other shapes than the config makes, the optimiser or data position at another step);
+``rank4jax.runs.first_readable`` moves it aside and falls back."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""A run's checkpoints, through orbax's public API only (docs/operations.md).
-
-``checkpoints/<step>/`` holds five items: ``params`` and ``opt_state`` (the rest of the train state), each
-a ``StandardSave``, so evaluation restores one item; ``data_iter`` (the pipeline's ``get_state()``, the
-same for any process count), ``config`` and ``tokenizer`` (JSON). The policy keeps the latest ``keep``
-and the best: the lowest selection loss the run's log (``rank4jax.records``) validates. ``damage`` says what
-a checkpoint that cannot be used is. The layout before 2026-12-05 (one ``state`` item) is refused: commit
-5da16f5 is the last to read it."""
+"""A run's checkpoints through orbax's public API (docs/operations.md): ``checkpoints/<step>/`` holds
+``params`` and ``opt_state`` (``StandardSave``), ``data_iter``, ``config`` and ``tokenizer`` (JSON); the
+policy keeps the latest ``keep`` and the best the run's log validates (``rank4jax.records``)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from rank4jax import startup
+from rank4jax import signals
 from rank4jax.data.pipeline import eval_batches
 from rank4jax.engine.sharding import put_batch
 from rank4jax.models.losses import means_from_sums
@@ -88,7 +88,7 @@ def batched(fn, params, array: np.ndarray, batch_size: int):
     the results are fetched once, at the end. ``fn`` may return a tuple of arrays."""
     pending, masks = [], []
     for b in eval_batches({"x": array}, batch_size):
-        startup.check()  # a command's Ctrl-C stops here
+        signals.check()  # a command's Ctrl-C stops here
         pending.append(fn(params, b["x"]))
         masks.append(b["mask"])
         _bound_in_flight(pending)

@@ -34,6 +34,7 @@ from rank4jax.errors import ConfigError, DataError, WorkdirError, say
 from rank4jax.evaluation.evaluators import CLOZE_CONTEXTS, Evaluators
 from rank4jax.models.family import objective_label
 from rank4jax.models.precision import check_compute_dtype
+from rank4jax.records import check_own_paths
 from rank4jax.runs import restore_run
 from rank4jax.tokens import PAD_ID
 
@@ -78,7 +79,7 @@ def evaluate_run(
         check_compute_dtype(compute_dtype)
     if data_path is not None and not any(p.strip() for p in data_path.split(",")):
         raise ConfigError(f"--data names no file: {data_path!r} (one path, or several separated by commas)")
-    files.check_paths(workdir, ("eval", "plots"))  # the report's directories: never a link out of the workdir
+    check_own_paths(workdir, ("eval", "plots"))  # the report's directories: never a link out of the workdir
     clock = time.perf_counter()
     run, params, evaluators = restore_for_evaluation(workdir, step, compute_dtype)
     if data_path is None:

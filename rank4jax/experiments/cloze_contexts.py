@@ -33,6 +33,7 @@ from rank4jax.evaluation.evaluators import (
     outcomes,
 )
 from rank4jax.evaluation.report import restore_for_evaluation
+from rank4jax.records import check_own_paths
 
 
 def context_spread(
@@ -99,7 +100,7 @@ def write_spread(workdir: str, result: dict) -> dict:
     """``eval/cloze_contexts_step<N>.npz`` (each story's figures) and ``.json`` (the rest) in the run's
     workdir, through the one writer; the result without its per-story arrays."""
     stem = os.path.join("eval", f"cloze_contexts_step{result['step']}")
-    files.check_paths(workdir, ("eval", stem + ".npz", stem + ".json"))  # both refused before either is written
+    check_own_paths(workdir, ("eval", stem + ".npz", stem + ".json"))  # both refused before either is written
     files.save_npz(workdir, stem + ".npz", **result.pop("per_story"))
     files.write_json(workdir, stem + ".json", result)
     return result

@@ -32,10 +32,10 @@ PAGES = ("README.md", "docs/scaling.md")
 MARKER = re.compile(r"(<!-- table: (\w+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 
-def record_of_release(folder: str, name: str, commit: str, width: int) -> dict:
+def record_of_release(folder: str, name: str, commit: str, width: int, machine: str | None = None) -> dict:
     """The record of a released run (``rank4jax.runs.release_run``) of the ladder's rung ``width`` (the
     rank-4 model's D) from its own files: its summary, config and evaluation reports (the test split's
-    and one over every story of a Story Cloze file)."""
+    and one over every story of a Story Cloze file); ``machine``: the one it trained on (default: this one)."""
     summary = _json(os.path.join(folder, "train_summary.json"))
     config = _json(os.path.join(folder, "config.json"))
     step = summary["best_step"]
@@ -53,8 +53,8 @@ def record_of_release(folder: str, name: str, commit: str, width: int) -> dict:
     return {
         "name": name, "family": family, "width": width, "fiber": fiber, "params": summary["parameters"],
         "seed": config["seed"], "learning_rate": config["optim"]["learning_rate"],
-        "patience": config["early_stop_patience"], "commit": commit, "machine": _machine(), "config_digest": digest,
-        "best_step": step, "stopped_step": summary["step"], "ls": test["last_slice_ce"],
+        "patience": config["early_stop_patience"], "commit": commit, "machine": machine or _machine(),
+        "config_digest": digest, "best_step": step, "stopped_step": summary["step"], "ls": test["last_slice_ce"],
         "context_gain": test["context_gain"],
         "cloze_accuracy": {rule: cloze[ACCURACY_KEYS[rule]] for rule in RULES},
         "cloze_outcomes": {rule: _outcomes(cloze["cloze_correct"][rule]) for rule in RULES},
@@ -273,11 +273,12 @@ def main(argv=None) -> None:
     rec.add_argument("--name", required=True)
     rec.add_argument("--commit", required=True)
     rec.add_argument("--width", type=int, required=True, help="the rung's D = dx·dt of the rank-4 model")
+    rec.add_argument("--machine", help="the machine it trained on (default: this one)")
     ren = sub.add_parser("render", help="rewrite (or --check) the tables of README.md and docs/scaling.md")
     ren.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
     if args.command == "record":
-        record = record_of_release(args.folder, args.name, args.commit, args.width)
+        record = record_of_release(args.folder, args.name, args.commit, args.width, args.machine)
         print(files.write_json(".", os.path.join("results", "runs", f"{args.name}.json"), record))
         return
     differ = render(".", check=args.check)

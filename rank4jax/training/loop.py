@@ -21,18 +21,18 @@ import time
 
 import jax
 
-from rank4jax import startup
+from rank4jax import signals
 from rank4jax.data.pipeline import train_dataset
 from rank4jax.engine import sharding
 from rank4jax.engine.programs import describe_memory
 from rank4jax.engine.run_config import validate
 from rank4jax.errors import StageInterrupted
+from rank4jax.signals import SigtermRequest
 from rank4jax.training.actions import PeriodicActions
 from rank4jax.training.early_stopping import EarlyStopping
 from rank4jax.training.output import Output, write_summary
 from rank4jax.training.profiling import Profiler
 from rank4jax.training.setup import Run, prepare_run, restore_or_init
-from rank4jax.training.signals import SigtermRequest
 
 
 def train(config, workdir: str, *, hooks=()) -> dict:
@@ -59,9 +59,9 @@ def train(config, workdir: str, *, hooks=()) -> dict:
         stack.callback(profiler.stop)  # a run ending inside the range still writes its trace
         if start < end:  # a disk that cannot hold the next save: refused before training to it
             run.ckpt.agree_to_save(min(end, (start // config.checkpoint_every + 1) * config.checkpoint_every), state)
-        startup.check()
+        signals.check()
         first = _compile_on_first_batch(run, state, batches, out) if start < end else None
-        startup.check()
+        signals.check()
         out.start_clock()  # the logged training time leaves the compilation out
         actions = PeriodicActions(run, out, early, stop)
         actions.validate_the_end(start, state)  # a finished run's last checkpoint carries its loss
@@ -102,7 +102,7 @@ def _loop(run: Run, state, first, batches, actions, hooks, out: Output, profiler
     """Steps ``start + 1 .. end`` of ``steps``, each followed by the hooks and the periodic actions."""
     start, end = steps
     for step in range(start + 1, end + 1):
-        startup.check()  # a command's Ctrl-C stops here: the latest checkpoint is where a rerun resumes
+        signals.check()  # a command's Ctrl-C stops here: the latest checkpoint is where a rerun resumes
         with profiler.step(step):
             batch = first if step == start + 1 else sharding.put_batch(next(batches), run.programs.batch_sharding)
             state, metrics = run.step_fn(state, batch)

@@ -1,10 +1,7 @@
-"""One writer per workdir: ``<workdir>/.lock`` held with ``fcntl.flock`` (exclusive, non-blocking) for a
-training run's lifetime, holding who holds it (pid, host, command, start time). A second ``train.py`` on
-the workdir is refused in one line naming the holder. The kernel drops the lock when its process ends,
-however it ends (``kill -9`` too), so a lock left by a dead process is taken over: stale locks cannot
-block anyone. Readers (``eval.py``) take none; they pin a checkpoint step. In a multi-process run only
-process 0 locks (the workdir is shared). The lock is advisory and local: on a filesystem without
-``flock`` it is skipped with a warning."""
+"""One writer per workdir: ``<workdir>/.lock``, ``fcntl.flock``-ed for a training run's lifetime and holding
+who holds it; a second run is refused in one line naming the holder. The kernel drops the lock however its
+process ends, so a dead holder's is taken over. Readers take none; only process 0 locks; on a filesystem
+without ``flock`` it is skipped with a warning (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ import sys
 import time
 
 from rank4jax import files
-from rank4jax.errors import WorkdirBusyError, WorkdirError, say
+from rank4jax.errors import WorkdirError, say
 from rank4jax.records import LOCK_FILE
 
 
@@ -32,18 +29,10 @@ def _holder(path: str) -> str:
         return "another process (no holder recorded yet)"
 
 
-def make_workdir(workdir: str) -> None:
-    """Create ``workdir`` (and its parents), or one WorkdirError naming why it cannot be."""
-    files.make_dirs(workdir)
-    if not os.access(workdir, os.W_OK | os.X_OK):
-        raise WorkdirError(f"the workdir {workdir} is not writable; nothing was changed")
-
-
 class WorkdirLock:
-    """Context manager: creates ``workdir`` and takes its exclusive lock, or WorkdirBusyError. A run that
-    fails (a refusal before training, say) leaves the workdir as it was: what it created and left empty
-    (the lock file, the ``undo`` folders, the workdir and the parents it made) is removed once the lock
-    is released."""
+    """Context manager: creates ``workdir`` and takes its lock. A run that fails leaves the workdir as it
+    was: what it made and left empty (the lock file, the ``undo`` folders, the workdir and its parents) is
+    removed once the lock is released."""
 
     def __init__(self, workdir: str, enabled: bool = True, undo: tuple[str, ...] = ()):
         self.workdir, self.path, self.enabled, self.undo = workdir, os.path.join(workdir, LOCK_FILE), enabled, undo
@@ -58,7 +47,9 @@ class WorkdirLock:
 
     def __enter__(self):
         try:
-            make_workdir(self.workdir)
+            files.make_dirs(self.workdir)
+            if not os.access(self.workdir, os.W_OK | os.X_OK):
+                raise WorkdirError(f"the workdir {self.workdir} is not writable; nothing was changed")
             if self.enabled:
                 self._lock()
         except BaseException:
@@ -73,7 +64,7 @@ class WorkdirLock:
         except OSError as e:
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise WorkdirBusyError(
+                raise WorkdirError(
                     f"{self.workdir or '.'} is in use by {_holder(self.path)}; one training run per workdir: "
                     "wait for it to finish, stop it, or use another --workdir"
                 ) from None
