@@ -133,3 +133,28 @@ def test_every_command_names_existing_flags_and_config_keys():
 def test_no_page_holds_a_machines_absolute_path(page):
     paths = re.findall(r"(?<![\w.])/(?:work|tmp|root|home|opt)/\S*", _text(page))
     assert paths == [], paths[:5]
+
+
+def _paragraphs(text: str) -> list[list[str]]:
+    """A page's prose paragraphs (code blocks and tables left out; each list item one paragraph)."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", re.sub(r"```.*?```", "", text, flags=re.S)):
+        for n, line in enumerate(line for line in block.split("\n") if line.strip()):
+            if line.lstrip().startswith("|"):
+                break
+            if n == 0 or re.match(r"\s*([-*]|\d+\.) ", line):
+                paragraphs.append([])
+            paragraphs[-1].append(line)
+    return paragraphs
+
+
+def test_pages_read_as_pages_not_a_diary():
+    """No prose paragraph over eight lines, "trained again" at most twice in all, docs/scaling.md at most
+    250 lines and docs/performance.md at most 200 (provenance lives in results/, history in git)."""
+    long = [f"{page.name}: {p[0][:60]}" for page in PAGES for p in _paragraphs(_text(page)) if len(p) > 8]
+    assert long == []
+    assert sum(_text(page).count("trained again") for page in PAGES) <= 2
+    lines = {page.name: _text(page).count("\n") for page in PAGES}
+    assert lines["scaling.md"] <= 250 and lines["performance.md"] <= 200, lines
+    sample = "a\nb\n\n- c\n- d\n  e\n\n| t |\n\n```\nx\n```\nf"
+    assert _paragraphs(sample) == [["a", "b"], ["- c"], ["- d", "  e"], ["f"]]

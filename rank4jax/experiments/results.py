@@ -1,8 +1,8 @@
 """Every reported figure from a record: one JSON record per run in ``results/runs/`` (family, width,
 seed, rate, commit, machine, config digest, best and stopped steps, test LS(T), context gain, Story
 Cloze accuracies and, where the run is kept, its per-story outcomes), the McNemar p of pairs whose
-outcomes were not kept in ``results/pairs.json``, and the results tables of README.md and
-docs/scaling.md rendered from them, between ``<!-- table: NAME -->`` and ``<!-- /table -->``.
+outcomes were not kept in ``results/pairs.json``, and the results tables of README.md,
+docs/scaling.md and results/README.md rendered from them, between ``<!-- table: NAME -->`` and ``<!-- /table -->``.
 
     python -m rank4jax.experiments.results record released/d64/rank4 --name=d64-rank4-released --commit=2d3bf6c \
         --width=64
@@ -28,7 +28,7 @@ from rank4jax.experiments.compare import CLOZE_RULES
 
 RULES = ("mean_ce", "pmi", "ending_only")
 ACCURACY_KEYS = {rule: key for key, (rule, _) in CLOZE_RULES.items()}  # rule → the report's accuracy key
-PAGES = ("README.md", "docs/scaling.md")
+PAGES = ("README.md", "docs/scaling.md", "results/README.md")
 MARKER = re.compile(r"(<!-- table: (\w+) -->\n)(.*?)(<!-- /table -->)", re.S)
 
 
@@ -141,7 +141,7 @@ ABLATIONS = ("d64-rank4-released", "d64-fibre16x4-74bc0e1", "d64-fibre24x2-74bc0
 FLAT_SEEDS = (("d64-flat8x8-seed0-ba09406", "d64-flat8x4-seed0-ba09406"),
               ("d64-flat8x8-seed1-9be639e", "d64-flat8x4-seed1-9be639e"),
               ("d64-flat8x8-seed2-9be639e", "d64-flat8x4-seed2-9be639e"))  # fmt: skip
-GRID = ((64, "d64-flat-released", "d64-flat_matched-9be639e"), (128, "d128-flat-9be639e", "d128-flat_matched-9be639e"),
+GRID = ((64, "d64-flat-9be639e", "d64-flat_matched-9be639e"), (128, "d128-flat-9be639e", "d128-flat_matched-9be639e"),
         (256, "d256-flat-9be639e", "d256-flat_matched-9be639e"))  # fmt: skip
 EXTRAS = ("d64-rank4_last-p4-327783e", "d256-rank4-lr1e-3-p4-327783e", "d256-baseline-lr1e-3-p4-327783e",
           "d64-baseline_lm-p4-327783e", "d128-baseline_lm-p4-327783e", "d256-baseline_lm-p4-327783e")  # fmt: skip
