@@ -274,7 +274,7 @@ def main(argv=None) -> None:
     rec.add_argument("--commit", required=True)
     rec.add_argument("--width", type=int, required=True, help="the rung's D = dx·dt of the rank-4 model")
     rec.add_argument("--machine", help="the machine it trained on (default: this one)")
-    ren = sub.add_parser("render", help="rewrite (or --check) the tables of README.md and docs/scaling.md")
+    ren = sub.add_parser("render", help="rewrite (or --check) the tables of every page in PAGES")
     ren.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
     if args.command == "record":
