@@ -11,8 +11,10 @@ import logging
 import os
 import sys
 
+import ml_collections
+
 from rank4jax import signals
-from rank4jax.errors import StageInterrupted, StorageFaultsSaidOnce, UserError, say, terminal_safe
+from rank4jax.errors import ConfigError, StageInterrupted, StorageFaultsSaidOnce, UserError, say, terminal_safe
 
 CONFIG_FLAGS = ("config", "rank4_config", "baseline_config", "baseline_wide_config")  # the commands' config files
 
@@ -92,8 +94,8 @@ def config_refusal(flag: str, path: str, argv: list[str]) -> str | None:
     overrides = [a.removeprefix(f"--{flag}.").partition("=")[0] for a in argv[1:] if a.startswith(f"--{flag}.")]
     if not overrides and flag not in config_file_arguments(argv):
         return None
-    if config_file_refusal(flag, path):
-        return config_file_refusal(flag, path)
+    if refusal := config_file_refusal(flag, path):
+        return refusal
     spec = importlib.util.spec_from_file_location(f"{flag}_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -126,10 +128,6 @@ def config_flag_errors(**defaults):
 
 def config_value(holder):
     """The ConfigDict of a ``DEFINE_config_file`` flag, or one ConfigError saying what it is not."""
-    import ml_collections
-
-    from rank4jax.errors import ConfigError
-
     try:
         config = holder.value
     except OSError as e:  # a default config file not found from here (ml_collections loads it lazily)

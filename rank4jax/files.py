@@ -12,6 +12,8 @@ import os
 import secrets
 import stat
 
+import numpy as np
+
 from rank4jax.errors import WorkdirError
 
 REFUSED = "a run writes only its own files and folders: remove it, or use another --workdir; nothing was changed"
@@ -98,8 +100,6 @@ def save_figure(fig, workdir: str, relative: str, **options) -> str:
 
 def save_npz(workdir: str, relative: str, **arrays) -> str:
     """numpy arrays as a compressed ``.npz``, built in memory."""
-    import numpy as np
-
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)
     return write_bytes(workdir, relative, buffer.getvalue())

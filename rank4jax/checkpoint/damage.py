@@ -4,6 +4,8 @@ its step (other shapes than the config makes, the optimiser or data position at 
 
 from __future__ import annotations
 
+import reprlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,8 +67,5 @@ def check_position(workdir: str, step: int, saved_step, data_state) -> None:
     (``{"next_index": step}``, one global batch a step); another step's item or an edited value is damage."""
     if int(np.asarray(saved_step)) != step:
         raise CheckpointDamaged(workdir, step, f"its optimiser state is at step {int(np.asarray(saved_step))}")
-    if not (isinstance(data_state, dict) and set(data_state) == {"next_index"} and type(data_state["next_index"]) is int
-            and data_state["next_index"] == step):  # fmt: skip
-        shown = repr(data_state)
-        shown = shown[:60] + "..." if len(shown) > 60 else shown
-        raise CheckpointDamaged(workdir, step, f"its data position is {shown}, not batch {step}")
+    if data_state != {"next_index": step} or type(data_state["next_index"]) is not int:  # 6.0 and True equal 6, 1
+        raise CheckpointDamaged(workdir, step, f"its data position is {reprlib.repr(data_state)}, not batch {step}")

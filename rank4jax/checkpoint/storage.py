@@ -48,32 +48,26 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
         return error
     cause = os.strerror(os_error.errno) + (f" ({detail})" if detail else "")
     directory = checkpoint_dir(workdir)
-    partial = [ocp.utils.step_from_checkpoint_name(p.name) for p in _partial_saves(directory)]
+    partial = remove_partial_saves(directory, remove=jax.process_index() == 0)  # the processes share it
     failed = min((s for s in (step, *partial) if s is not None), default=None)
-    if jax.process_index() == 0:  # the processes share the directory
-        remove_partial_saves(directory)
     steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
     intact = [n for n in steps if any(os.scandir(os.path.join(directory, str(n))))]
-    broken = [n for n in steps if n not in intact]  # emptied by a deletion that failed half-way
-    many = len(intact) > 1
-    kept = f"checkpoint{'s' * many} {', '.join(map(str, intact))} {'are' if many else 'is'} intact"
-    kept = kept if intact else "no checkpoint was saved before it"
-    if broken:
-        whose = "its" if len(broken) == 1 else "their"
-        kept += f" ({', '.join(map(str, broken))} incomplete: {whose} files were removed)"
+    broken = ", ".join(str(n) for n in steps if n not in intact)  # emptied by a deletion that failed half-way
+    names, many = ", ".join(map(str, intact)), len(intact) > 1
+    kept = f"checkpoint{'s' * many} {names} {'are' if many else 'is'} intact" if intact else "no checkpoint was saved"
+    kept += f" ({broken} incomplete: {'their' if ',' in broken else 'its'} files were removed)" if broken else ""
     if failed in intact:  # the save completed; what followed it (the keep policy's deletions) failed
         return WorkdirError(f"checkpoint {failed} in {workdir} was saved, but what followed it failed: {cause}; {kept}")
     return WorkdirError(f"cannot save checkpoint {failed} in {workdir}: {cause}; {kept}")
 
 
-def _partial_saves(directory: str) -> list:
-    """orbax's temporary directories of saves that did not finish."""
-    return [t.get() for t in ocp.utils.tmp_checkpoints(directory)] if os.path.isdir(directory) else []
-
-
-def remove_partial_saves(directory: str) -> None:
-    for path in _partial_saves(directory):  # a resume never reads them: their space back
+def remove_partial_saves(directory: str, remove: bool = True) -> list[int]:
+    """The steps of orbax's temporary directories of saves that did not finish, removed unless ``remove``
+    is False (a resume never reads them: their space back)."""
+    partial = [t.get() for t in ocp.utils.tmp_checkpoints(directory)] if os.path.isdir(directory) else []
+    for path in partial if remove else ():
         shutil.rmtree(path, ignore_errors=True)
+    return [ocp.utils.step_from_checkpoint_name(path.name) for path in partial]
 
 
 def _size(n: float, up: bool) -> str:
@@ -88,14 +82,14 @@ def free_bytes(directory: str) -> int:
 
 
 class KeepBest(pp.PreservationPolicy):
-    """Preserves the checkpoint ``best(steps)`` names among the candidates (orbax's policy protocol)."""
+    """Preserves the best checkpoint the run's log validates by ``selection`` (orbax's policy protocol)."""
 
-    def __init__(self, best):
-        self.best = best
+    def __init__(self, workdir: str, selection: str):
+        self.workdir, self.selection = workdir, selection
 
     def should_preserve(self, checkpoints, *, context) -> list[bool]:
-        best = self.best([c.step for c in checkpoints])
-        return [c.step == best for c in checkpoints]
+        best = best_validated(self.workdir, [c.step for c in checkpoints], self.selection)
+        return [best is not None and c.step == best[0] for c in checkpoints]
 
 
 class RunCheckpoints:
@@ -108,12 +102,11 @@ class RunCheckpoints:
             raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
         if not read_only:
             check_own_paths(workdir, (CHECKPOINT_DIR,))
-            if jax.process_index() == 0:
-                remove_partial_saves(directory)
+            remove_partial_saves(directory, remove=jax.process_index() == 0)
         self.workdir, self.read_only, self.saving = workdir, read_only, None  # saving: the latest step requested
         saved = read_json(os.path.join(workdir, CONFIG_FILE), "the run's config") or {}
         self.selection = selection or SELECTIONS.get(saved.get("selection"), SELECTIONS["window"])
-        policy = pp.AnyPreservationPolicy([pp.LatestN(n=keep), KeepBest(self._best_among)])
+        policy = pp.AnyPreservationPolicy([pp.LatestN(n=keep), KeepBest(workdir, self.selection)])
         options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=not read_only,
                                                cleanup_tmp_directories=False)  # fmt: skip
         handlers = {"params": ocp.StandardCheckpointHandler(), "opt_state": ocp.StandardCheckpointHandler()}
@@ -144,10 +137,6 @@ class RunCheckpoints:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def _best_among(self, steps) -> int | None:
-        best = best_validated(self.workdir, steps, self.selection)
-        return None if best is None else best[0]
-
     def best_metric(self) -> tuple[int, float] | None:
         """(step, validation selection loss) of the best checkpoint on disk the run's log validates."""
         return best_validated(self.workdir, self.all_steps(), self.selection)
@@ -168,7 +157,7 @@ class RunCheckpoints:
     def _check_room(self, step: int, state) -> None:
         """An unwritable checkpoints/, or less free than the save needs, is one error before any write."""
         directory = checkpoint_dir(self.workdir)
-        if not os.access(directory, os.W_OK | os.X_OK):
+        if not os.access(directory, os.W_OK | os.X_OK):  # its errno from a try (EROFS, EPERM under chattr +i)
             try:
                 os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=directory))
                 error = OSError(errno.EACCES, os.strerror(errno.EACCES))  # access() said no: believe it
