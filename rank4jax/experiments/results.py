@@ -141,7 +141,7 @@ ABLATIONS = ("d64-rank4-released", "d64-fibre16x4-74bc0e1", "d64-fibre24x2-74bc0
 FLAT_SEEDS = (("d64-flat8x8-seed0-ba09406", "d64-flat8x4-seed0-ba09406"),
               ("d64-flat8x8-seed1-9be639e", "d64-flat8x4-seed1-9be639e"),
               ("d64-flat8x8-seed2-9be639e", "d64-flat8x4-seed2-9be639e"))  # fmt: skip
-GRID = ((64, "d64-flat-9be639e", "d64-flat_matched-9be639e"), (128, "d128-flat-9be639e", "d128-flat_matched-9be639e"),
+GRID = ((64, "d64-flat-released", "d64-flat_matched-9be639e"), (128, "d128-flat-9be639e", "d128-flat_matched-9be639e"),
         (256, "d256-flat-9be639e", "d256-flat_matched-9be639e"))  # fmt: skip
 EXTRAS = ("d64-rank4_last-p4-327783e", "d256-rank4-lr1e-3-p4-327783e", "d256-baseline-lr1e-3-p4-327783e",
           "d64-baseline_lm-p4-327783e", "d128-baseline_lm-p4-327783e", "d256-baseline_lm-p4-327783e")  # fmt: skip
