@@ -24,7 +24,7 @@ from rank4jax.errors import (
     TrainingDivergedError,
     WorkdirError,
 )
-from rank4jax.evaluation.report import evaluate_run
+from rank4jax.evaluation.report import evaluate_run, restore_for_evaluation
 from rank4jax.runs import describe_run, load_run, resolve_step
 from rank4jax.training import output
 from rank4jax.training.loop import train
@@ -45,16 +45,17 @@ from tests.helpers import free_port, tiny_config
 @LIBRARY_LINES_OF_A_DAMAGED_READ
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_copy, capsys):
-    """Seven kinds of damage to the newest checkpoint (6): evaluation of 'latest' and 'best' warns,
-    names checkpoint 6 as damaged (never a config mismatch) and reports checkpoint 4, leaving 6 in
-    place; asked for by number, 6 is one error; the library's background read errors stay quiet."""
+    """Seven kinds of damage to the newest checkpoint (6): evaluation's restore (``eval.py``'s first
+    step) of 'latest' and 'best' warns, names checkpoint 6 as damaged (never a config mismatch) and
+    gives checkpoint 4, leaving 6 in place; asked for by number, 6 is one error; the library's
+    background read errors stay quiet."""
     step6 = tiny_run_copy / "checkpoints" / "6"
     before = sorted(p.name for p in step6.rglob("*"))
     DAMAGE[kind](str(step6))
     damaged_files = sorted(p.name for p in step6.rglob("*"))
     for which in ("latest", "best"):
-        report = evaluate_run(str(tiny_run_copy), split="validation", step=which, num_examples=0, rollout_steps=0)
-        assert report["step"] == 4
+        run, _, _ = restore_for_evaluation(str(tiny_run_copy), which)
+        assert run.step == 4
         err = capsys.readouterr().err
         assert "Traceback" not in err and "match" not in err and "bound method" not in err, err
         if kind == "empty_step_dir" and "checkpoint 6" not in err:  # a read-only manager does not list an
@@ -64,7 +65,7 @@ def test_eval_falls_back_from_a_damaged_checkpoint_and_leaves_it(kind, tiny_run_
         assert len(about_checkpoints) == 1, err
     assert sorted(p.name for p in step6.rglob("*")) == damaged_files and (kind == "empty_step_dir" or before)
     with pytest.raises(CheckpointError, match="checkpoint 6 .* is damaged|no checkpoint at step 6"):
-        evaluate_run(str(tiny_run_copy), split="validation", step=6, num_examples=0, rollout_steps=0)
+        restore_for_evaluation(str(tiny_run_copy), 6)
 
 
 def test_the_best_checkpoint_is_the_logged_validations_lowest_on_disk(tiny_run_copy, capsys):
