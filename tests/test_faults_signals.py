@@ -21,6 +21,15 @@ from tests.fault_helpers import TINY_FLAGS, _jaxlib_loaded, _start
 from tests.helpers import tiny_config
 
 
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler in this process, as an interactive session has it: a shell's
+    background job starts with SIGINT ignored, which Python then leaves ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_during_eval_is_one_line_and_status_130(tiny_run_copy):
     """SIGINT to ``eval.py`` just after it has read the data (its warning about cut sentences is the
     sign: the evaluation's compiles and passes are still ahead): status 130 and one line, no
@@ -100,7 +109,7 @@ def test_ctrl_c_while_a_command_imports_is_one_line_and_130(script, tmp_path):
     assert (proc.returncode, out, err) == (130, "", STARTING + "\n")
 
 
-def test_sigterm_while_a_run_starts_or_finishes_and_ctrl_c_while_it_compiles(tmp_path, monkeypatch):
+def test_sigterm_while_a_run_starts_or_finishes_and_ctrl_c_while_it_compiles(tmp_path, monkeypatch, python_ctrl_c):
     """SIGTERM while compiling (before the loop): the first step is saved and the run stops there;
     SIGTERM while the summary is written: the summary and curves complete, then StageInterrupted (an
     experiment goes on to no next stage); Ctrl-C while compiling: KeyboardInterrupt, the run unwound
@@ -137,7 +146,7 @@ def test_sigterm_while_a_run_starts_or_finishes_and_ctrl_c_while_it_compiles(tmp
     assert os.listdir(fresh) == ["config.json"]  # unwound: no lock file, no checkpoints/
 
 
-def test_ctrl_c_while_the_last_save_finishes_leaves_it_whole(tiny_run_copy, monkeypatch):
+def test_ctrl_c_while_the_last_save_finishes_leaves_it_whole(tiny_run_copy, monkeypatch, python_ctrl_c):
     """A Ctrl-C while the final save is written: KeyboardInterrupt, and the save finishes as the run
     unwinds (checkpoint 8 complete). Before its first save a run never waits on orbax: a Ctrl-C while
     it started could land in orbax's wait, which logged it as a failed save above the run's own line."""
