@@ -48,7 +48,7 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
         return error
     cause = os.strerror(os_error.errno) + (f" ({detail})" if detail else "")
     directory = checkpoint_dir(workdir)
-    partial = remove_partial_saves(directory, remove=jax.process_index() == 0)  # the processes share it
+    partial = partial_saves(directory, remove=jax.process_index() == 0)  # the processes share it
     failed = min((s for s in (step, *partial) if s is not None), default=None)
     steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
     intact = [n for n in steps if any(os.scandir(os.path.join(directory, str(n))))]
@@ -61,9 +61,9 @@ def storage_error(error: BaseException, workdir: str, step: int | None, detail: 
     return WorkdirError(f"cannot save checkpoint {failed} in {workdir}: {cause}; {kept}")
 
 
-def remove_partial_saves(directory: str, remove: bool = True) -> list[int]:
-    """The steps of orbax's temporary directories of saves that did not finish, removed unless ``remove``
-    is False (a resume never reads them: their space back)."""
+def partial_saves(directory: str, remove: bool) -> list[int]:
+    """The steps of orbax's temporary directories of saves that did not finish; ``remove``: remove them
+    too (a resume never reads them: their space back)."""
     partial = [t.get() for t in ocp.utils.tmp_checkpoints(directory)] if os.path.isdir(directory) else []
     for path in partial if remove else ():
         shutil.rmtree(path, ignore_errors=True)
@@ -102,7 +102,7 @@ class RunCheckpoints:
             raise CheckpointError(f"no checkpoints in {workdir} (expected {directory})")
         if not read_only:
             check_own_paths(workdir, (CHECKPOINT_DIR,))
-            remove_partial_saves(directory, remove=jax.process_index() == 0)
+            partial_saves(directory, remove=jax.process_index() == 0)
         self.workdir, self.read_only, self.saving = workdir, read_only, None  # saving: the latest step requested
         saved = read_json(os.path.join(workdir, CONFIG_FILE), "the run's config") or {}
         self.selection = selection or SELECTIONS.get(saved.get("selection"), SELECTIONS["window"])
@@ -122,7 +122,7 @@ class RunCheckpoints:
         with contextlib.suppress(Exception):  # the run's own error goes on; a failing pending save would mask it
             self.close()
         if isinstance(exc, WorkdirError) and jax.process_index() == 0:  # a failed save: none is running now
-            remove_partial_saves(checkpoint_dir(self.workdir))
+            partial_saves(checkpoint_dir(self.workdir), remove=True)
 
     def close(self) -> None:
         self.wait_until_finished()
