@@ -1,6 +1,6 @@
-"""Every reported figure from a record: README's and docs/scaling.md's results tables are what
-``rank4jax.experiments.results`` renders from ``results/`` (an edited record makes them differ); the
-released D = 64 rank-4 run evaluates to its record's (and README's) test LS(T)."""
+"""Every reported figure from a record: README's, docs/scaling.md's and results/README.md's tables are
+what ``rank4jax.experiments.results`` renders from ``results/`` (an edited record makes them differ); the
+released D = 64 rank-4 run evaluates to its record's (and README's) test LS(T) and context gain."""
 
 import json
 import os
@@ -8,8 +8,7 @@ import shutil
 
 import pytest
 
-from rank4jax.engine.data_setup import prepare_split
-from rank4jax.evaluation.report import restore_for_evaluation
+from rank4jax.evaluation.report import evaluate_run
 from rank4jax.experiments import results
 from tests.conftest import REPO
 
@@ -45,14 +44,16 @@ def test_the_records_hold_what_each_figure_needs():
 
 
 @pytest.mark.skipif(not ROCSTORIES.is_file(), reason=f"the shared ROCStories data is not at {ROCSTORIES}")
-def test_the_released_rank4_run_gives_its_figures(monkeypatch):
-    """The released rank-4 run's test LS(T) through what ``eval.py --workdir=released/d64/rank4
-    --split=test`` runs (its restore, split and window evaluator; the context-gain pass left out):
-    README's D = 64 figure to the printed digit."""
-    record = results.load(str(REPO))[0]["d64-rank4-released"]
+def test_the_released_rank4_run_gives_its_figures(tmp_path, monkeypatch):
+    """``eval.py --workdir=released/d64/rank4 --split=test`` as in-process (in a copy: the repository's
+    reports stay as released): README's D = 64 LS(T) and context gain to the printed digit."""
+    records = results.load(str(REPO))[0]
+    record, baseline = records["d64-rank4-released"], records["d64-baseline-released"]
+    copy = tmp_path / "rank4"
+    shutil.copytree(REPO / "released" / "d64" / "rank4", copy, ignore=shutil.ignore_patterns("eval"))
     monkeypatch.chdir(REPO)  # the run's data path is relative to the repository root, as the command runs
-    run, params, evaluators = restore_for_evaluation("released/d64/rank4")
-    _, window_set, _ = prepare_split(run.config, run.tokenizer, "test")
-    ls = evaluators.windows(params, window_set.windows)["last_slice_ce"]
-    assert f"{ls:.4f}" == f"{record['ls']:.4f}"
-    assert f"| {record['ls']:.4f} |" in (REPO / "README.md").read_text()
+    report = evaluate_run(str(copy), split="test", num_examples=0, rollout_steps=0)
+    assert f"{report['last_slice_ce']:.4f}" == f"{record['ls']:.4f}"
+    assert f"{report['context_gain']:.3f}" == f"{record['context_gain']:.3f}"
+    row = f"| {report['last_slice_ce']:.4f} | {baseline['ls']:.4f} | {baseline['ls'] - report['last_slice_ce']:+.3f} | "
+    assert row + f"{report['context_gain']:.3f} / {baseline['context_gain']:.3f} |" in (REPO / "README.md").read_text()

@@ -67,5 +67,5 @@ def check_position(workdir: str, step: int, saved_step, data_state) -> None:
     (``{"next_index": step}``, one global batch a step); another step's item or an edited value is damage."""
     if int(np.asarray(saved_step)) != step:
         raise CheckpointDamaged(workdir, step, f"its optimiser state is at step {int(np.asarray(saved_step))}")
-    if data_state != {"next_index": step} or type(data_state["next_index"]) is not int:  # 6.0 and True equal 6, 1
+    if data_state != {"next_index": step} or type(data_state["next_index"]) is not int:  # 6.0 == 6, True == 1
         raise CheckpointDamaged(workdir, step, f"its data position is {reprlib.repr(data_state)}, not batch {step}")
